@@ -107,8 +107,11 @@ def read_split(images_path, labels_path) -> tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
-def _download(dataset: str, name: str) -> Path | None:
-    """Fetch one file into the cache with pooch, verifying its md5; None if no mirror answered."""
+def _download(dataset: str, name: str, errors: list[str] | None = None) -> Path | None:
+    """Fetch one file into the cache with pooch, verifying its md5; None if no mirror gave the right file.
+
+    Each mirror's failure (no network, HTTP error, md5 mismatch of what it served) is appended to `errors`.
+    """
     import pooch  # imported here: only needed on a machine with internet and no local copy
 
     spec = DATASETS[dataset]
@@ -116,8 +119,9 @@ def _download(dataset: str, name: str) -> Path | None:
         try:
             return Path(pooch.retrieve(mirror + name, known_hash="md5:" + spec["md5"][name],
                                        fname=name, path=CACHE_DIR / dataset, progressbar=False))
-        except Exception:  # noqa: BLE001 - any network failure means: try the next mirror
-            continue
+        except Exception as err:  # noqa: BLE001 - any failure means: try the next mirror
+            if errors is not None:
+                errors.append(f"{mirror}{name}: {type(err).__name__}: {err}")
     return None
 
 
@@ -135,11 +139,11 @@ def find_data_files(dataset: str = "mnist", data_dir=None, download: bool = True
     else:
         folders = [Path(os.environ[DATA_ENV_VAR]) / dataset] if os.environ.get(DATA_ENV_VAR) else []
         folders.append(CACHE_DIR / dataset)
-    found, missing = {}, []
+    found, missing, errors = {}, [], []
     for name, md5 in DATASETS[dataset]["md5"].items():
         path = next((folder / name for folder in folders if (folder / name).is_file()), None)
         if path is None and download:
-            path = _download(dataset, name)
+            path = _download(dataset, name, errors)
         if path is None:
             missing.append(name)
             continue
@@ -152,7 +156,8 @@ def find_data_files(dataset: str = "mnist", data_dir=None, download: bool = True
         raise DataNotFoundError(
             f"{dataset}: cannot find {', '.join(missing)} in {', '.join(map(str, folders))}"
             f"{' and could not download them' if download else ''}. Put the original IDX .gz files in a folder "
-            f"and set {DATA_ENV_VAR} to its parent (it must hold '{dataset}/'), or pass data_dir=.")
+            f"and set {DATA_ENV_VAR} to its parent (it must hold '{dataset}/'), or pass data_dir=."
+            f"{' Last download error: ' + errors[-1] if errors else ''}")
     return found
 
 
@@ -227,3 +232,499 @@ def load_dataset(dataset: str = "mnist", preprocessing: str = "pixel", std_floor
     x_train, x_test = standardise(train_images, raw["test_images"], preprocessing, std_floor, dtype)
     return Dataset(dataset, preprocessing, x_train, one_vs_all(train_labels, dtype=dtype), train_labels,
                    x_test, one_vs_all(raw["test_labels"], dtype=dtype), raw["test_labels"])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Networks: layers, connectivity masks, initialisation (spec §Notation, §Posterior parametrisation)
+# ----------------------------------------------------------------------------------------------------------
+
+WEIGHT_TYPES = ("binary", "real")
+DROPOUT_KINDS = (None, "analytic", "sampled")
+
+
+@dataclass
+class Layer:
+    """One layer's posterior: h (V, K) natural parameters / means, b (V,) real bias, optional 0/1 mask.
+
+    `n` (V,) is the normaliser N = fan-in + 1 of each unit (the +1 is the bias, spec §Notation); with a
+    mask the fan-in is the number of connected inputs of that unit.
+    """
+    h: np.ndarray
+    b: np.ndarray
+    mask: np.ndarray | None = None
+    n: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        fan_in = self.mask.sum(axis=1) if self.mask is not None else np.full(len(self.h), self.h.shape[1])
+        self.n = (fan_in + 1).astype(self.h.dtype)
+
+
+@dataclass
+class Network:
+    """An EBP network: layers, the weight type, its architecture description and the dropout reading.
+
+    `architecture` is a list of layer specs after the input, e.g. [800, 800, 10] (fully connected) or
+    [("local", 10), ("local", 10), 10] (spatial filtering, then a fully connected output layer).
+    """
+    layers: list[Layer]
+    weights: str
+    architecture: list
+    input_side: int = 28
+    dropout: str | None = None
+    keep: float = 0.8
+
+    @property
+    def sizes(self) -> list[int]:
+        return [self.layers[0].h.shape[1]] + [len(layer.h) for layer in self.layers]
+
+
+def local_mask(side: int, block: int) -> np.ndarray:
+    """0/1 connectivity of a locally connected layer (spec §Data protocol, spatial filtering).
+
+    Unit (a, c) of the (side-block+1)² output map sees the block×block input patch whose corner is (a, c).
+    Returns a boolean (out_side², side²) matrix with exactly block² ones per row.
+    """
+    if not 1 <= block <= side:
+        raise ValueError(f"block size {block} must be between 1 and the image side {side}")
+    out = side - block + 1
+    mask = np.zeros((out, out, side, side), dtype=bool)
+    for a in range(out):
+        for c in range(out):
+            mask[a, c, a:a + block, c:c + block] = True
+    return mask.reshape(out * out, side * side)
+
+
+def _check_architecture(architecture, input_side: int) -> None:
+    if not architecture:
+        raise ValueError("architecture is empty: give at least the output layer, e.g. [200, 10]")
+    side = input_side
+    for k, spec in enumerate(architecture):
+        if isinstance(spec, (tuple, list)) and len(spec) == 2 and spec[0] == "local":
+            if side is None:
+                raise ValueError(f"layer {k + 1}: a local layer must follow the image or another local layer")
+            if not isinstance(spec[1], (int, np.integer)) or not 1 <= spec[1] <= side:
+                raise ValueError(f"layer {k + 1}: block size {spec[1]!r} must be an integer between 1 and the "
+                                 f"side {side} of its input map")
+            side = side - spec[1] + 1
+        elif isinstance(spec, (int, np.integer)) and not isinstance(spec, bool) and spec >= 1:
+            side = None
+        else:
+            raise ValueError(f"layer {k + 1}: {spec!r} is neither a positive layer size nor ('local', block)")
+
+
+def init_network(architecture, weights: str = "binary", seed: int = 0, input_side: int = 28,
+                 init_scale: float = 1.0, dropout: str | None = None, keep: float = 0.8,
+                 dtype=np.float64) -> Network:
+    """A new network: h ~ Uniform with variance init_scale/K per unit, b = 0 (spec §Posterior parametrisation).
+
+    Masked-out weights are exactly 0 and stay 0. The same seed gives the same network.
+    """
+    if weights not in WEIGHT_TYPES:
+        raise ValueError(f"unknown weight type {weights!r}; choose 'binary' or 'real'")
+    if dropout not in DROPOUT_KINDS:
+        raise ValueError(f"unknown dropout {dropout!r}; choose None, 'analytic' or 'sampled'")
+    if not 0 < keep <= 1:
+        raise ValueError(f"dropout keep probability p={keep} must be in (0, 1]")
+    if not init_scale > 0:
+        raise ValueError(f"init_scale={init_scale} must be positive")
+    _check_architecture(architecture, input_side)
+    rng = np.random.default_rng(seed)
+    layers, width, side = [], input_side ** 2, input_side
+    for spec in architecture:
+        if isinstance(spec, (tuple, list)):
+            mask = local_mask(side, spec[1])
+            side = side - spec[1] + 1
+        else:
+            mask, side = None, None
+        units = len(mask) if mask is not None else int(spec)
+        fan_in = mask.sum(axis=1, keepdims=True) if mask is not None else width
+        h = (rng.random((units, width)) - 0.5) * np.sqrt(12 * init_scale / fan_in)
+        if mask is not None:
+            h *= mask
+        layers.append(Layer(h.astype(dtype), np.zeros(units, dtype), mask))
+        width = units
+    return Network(layers, weights, [list(s) if isinstance(s, tuple) else s for s in architecture],
+                   input_side, dropout, keep)
+
+
+def paper_architecture(name: str, n_classes: int = 10) -> list:
+    """The paper's architectures by name: "800", "800-800" (1D input), "block13" (spatial, one hidden
+    layer of (28-13+1)² units), "361-100" (spatial: 10×10 blocks twice)."""
+    if name.startswith("block"):
+        return [("local", int(name[5:])), n_classes]
+    if name == "361-100":
+        return [("local", 10), ("local", 10), n_classes]
+    try:
+        return [int(v) for v in name.split("-")] + [n_classes]
+    except ValueError:
+        raise ValueError(f"unknown architecture {name!r}; use e.g. '800', '800-800', 'block13' or '361-100'")
+
+
+def weight_moments(layer: Layer, weights: str) -> tuple[np.ndarray, np.ndarray]:
+    """⟨W⟩ and ⟨W²⟩ of every weight (spec §Posterior parametrisation); 0 where masked out.
+
+    binary, P(W=±1) ∝ exp(hW): ⟨W⟩ = tanh h, ⟨W²⟩ = 1.  real, N(h, 1): ⟨W⟩ = h, ⟨W²⟩ = h² + 1.
+    """
+    if weights == "binary":
+        mean, second = np.tanh(layer.h), np.ones_like(layer.h)
+    else:
+        mean, second = layer.h, layer.h * layer.h + 1.0
+    if layer.mask is not None:
+        mean, second = mean * layer.mask, second * layer.mask
+    return mean, second
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Forward pass (spec §Forward pass): Gaussian (central-limit) moments of every unit's input
+# ----------------------------------------------------------------------------------------------------------
+
+def layer_moments(layer: Layer, weights: str, nu_prev, v2_prev, nu2_prev):
+    """μ and σ² of u = (W v + b)/sqrt(N) for independent W and v (spec §Forward pass).
+
+    nu_prev = ⟨v⟩, v2_prev = ⟨v²⟩ (None for ±1 hidden units, where it is 1), nu2_prev = ⟨v⟩² (it differs
+    from nu_prev² only for the analytic input dropout). With ⟨W⟩ = m:
+        μ  = (m·ν + b) / sqrt(N)
+        σ² = (Σ_r ⟨W²⟩⟨v_r²⟩ − Σ_r m_r² ν_r² + 1) / N
+    Returns μ, σ² and m (the backward pass reuses m).
+    """
+    m, w2 = weight_moments(layer, weights)
+    second = w2.sum(axis=1) if v2_prev is None else v2_prev @ w2.T
+    mu = (nu_prev @ m.T + layer.b) / np.sqrt(layer.n)
+    sigma2 = (second - nu2_prev @ (m * m).T + 1.0) / layer.n
+    return mu, sigma2, m
+
+
+def unit_mean(mu, sigma2):
+    """ν = ⟨sign(u)⟩ = 2Φ(μ/σ) − 1 = erf(μ / sqrt(2σ²))."""
+    return special.erf(mu / np.sqrt(2.0 * sigma2))
+
+
+def gaussian_at_zero(mu, sigma2):
+    """N(0 | μ, σ²) = φ(μ/σ)/σ, the density of u at 0: d⟨sign u⟩/dμ = 2 N(0|μ,σ²)."""
+    return np.exp(-0.5 * mu * mu / sigma2) / np.sqrt(2.0 * np.pi * sigma2)
+
+
+@dataclass
+class Pass:
+    """What one forward pass keeps for the backward pass: per layer the (effective) input means ν_{l-1},
+    μ_l, σ²_l, ν_l, the weight means ⟨W⟩ and the dropout masks of the inputs (None without sampled dropout)."""
+    inputs: list
+    m: list
+    mu: list
+    sigma2: list
+    nu: list
+    masks: list
+
+
+def forward(net: Network, x: np.ndarray, train: bool = False, rng=None) -> Pass:
+    """The forward pass for a minibatch x (B, 784) (spec §Forward pass, §Data protocol dropout).
+
+    Dropout, keep probability p = net.keep:
+      "analytic" (the authors' code): the input's mean is kept but it is treated as noisy with variance
+        4p(1−p), so Σ m² x² is replaced by (1 − 4p(1−p)) Σ m² x² in σ² of the first layer, at train and test;
+      "sampled": during training (train=True) the inputs of every layer (image and hidden units) are
+        multiplied by Bernoulli(p) masks; at test the weights are scaled by p, i.e. ⟨v⟩ → p⟨v⟩, ⟨v²⟩ → p²⟨v²⟩.
+    """
+    nu, v2, nu2 = x, x * x, x * x
+    if net.dropout == "analytic":
+        nu2 = (1.0 - 4.0 * net.keep * (1.0 - net.keep)) * nu2
+    out = Pass([], [], [], [], [], [])
+    for k, layer in enumerate(net.layers):
+        mask = None
+        if net.dropout == "sampled":
+            if train:
+                mask = (rng.random(nu.shape) < net.keep).astype(nu.dtype)
+                nu = nu * mask
+                v2 = mask if v2 is None else v2 * mask
+            else:
+                nu = net.keep * nu
+                v2 = np.full_like(nu, net.keep ** 2) if v2 is None else net.keep ** 2 * v2
+            nu2 = nu * nu
+        mu, sigma2, m = layer_moments(layer, net.weights, nu, v2, nu2)
+        out.inputs.append(nu)
+        out.m.append(m)
+        out.masks.append(mask)
+        out.mu.append(mu)
+        out.sigma2.append(sigma2)
+        nu = unit_mean(mu, sigma2)
+        out.nu.append(nu)
+        v2, nu2 = None, nu * nu
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Backward pass (spec §Backward pass): Δ = ∂ ln P(v_L = y) / ∂μ with σ held fixed
+# ----------------------------------------------------------------------------------------------------------
+
+def log_phi_ratio(t):
+    """ln(φ(t)/Φ(t)), finite for every real t (φ/Φ ~ −t for t → −∞, ~ φ(t) → 0 for t → +∞)."""
+    return -0.5 * t * t - 0.5 * np.log(2.0 * np.pi) - special.log_ndtr(t)
+
+
+def output_delta(y, mu, sigma2):
+    """Δ_L = y N(0|μ,σ²) / Φ(yμ/σ) = (y/σ) φ(t)/Φ(t) with t = yμ/σ (spec §Backward pass, output).
+
+    Computed from log Φ (scipy's log_ndtr) so it stays finite and has the sign of y for any μ/σ:
+    the naive ratio is 0/0 once |μ/σ| ≳ 38.
+    """
+    sigma = np.sqrt(sigma2)
+    return y / sigma * np.exp(log_phi_ratio(y * mu / sigma))
+
+
+def backward(net: Network, fwd: Pass, y: np.ndarray, step: int | None = None) -> list[np.ndarray]:
+    """Δ of every layer, output to input (spec §Backward pass):
+
+        Δ_L     = y N(0|μ_L,σ²_L) / Φ(yμ_L/σ_L)
+        Δ_{l−1} = 2 N(0|μ_{l−1},σ²_{l−1}) Σ_j ⟨W_{j·,l}⟩ Δ_{j,l} / sqrt(N_{j,l})
+
+    with ⟨W⟩ from before this step's update. Sampled dropout masks the Δ of dropped units.
+    Raises FloatingPointError naming the layer (and `step`) if a Δ is not finite.
+    """
+    deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
+    for k in range(len(net.layers) - 1, 0, -1):
+        back = (deltas[0] / np.sqrt(net.layers[k].n)) @ fwd.m[k]
+        delta = 2.0 * gaussian_at_zero(fwd.mu[k - 1], fwd.sigma2[k - 1]) * back
+        if fwd.masks[k] is not None:
+            delta *= fwd.masks[k]
+        deltas.insert(0, delta)
+    for k, delta in enumerate(deltas):
+        if not np.all(np.isfinite(delta)):
+            where = f" at step {step}" if step is not None else ""
+            raise FloatingPointError(
+                f"non-finite Δ in layer {k + 1}{where}: the posterior of some layer holds NaN/inf "
+                f"(h finite per layer: {[bool(np.isfinite(l.h).all()) for l in net.layers]}); training stopped "
+                f"before the update, so the parameters are those of the last finite step")
+    return deltas
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Update (spec §Update): first-order Bayes update of every factor, summed over the minibatch
+# ----------------------------------------------------------------------------------------------------------
+
+def update(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> None:
+    """h_{ij} += Σ_batch Δ_i ν_j / sqrt(N_i),  b_i += Σ_batch Δ_i / sqrt(N_i)   (in place).
+
+    This is h += ∂ ln P / ∂⟨W⟩ (binary: the natural parameter; real: the mean, as the variance is 1).
+    """
+    for layer, increment, delta in zip(net.layers, increments(net, fwd, deltas), deltas):
+        layer.h += increment
+        layer.b += (delta / np.sqrt(layer.n)).sum(axis=0)
+
+
+def train_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int | None = None) -> None:
+    """One EBP step on a minibatch: forward, backward, update (the corrected Algorithm 1)."""
+    fwd = forward(net, x, train=True, rng=rng)
+    update(net, fwd, backward(net, fwd, y, step))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Outputs (spec §Outputs)
+# ----------------------------------------------------------------------------------------------------------
+
+def output_ebp_p(net: Network, x: np.ndarray) -> np.ndarray:
+    """EBP-P: the output means ν_L = 2Φ(μ_L/σ_L) − 1; the predicted class is their argmax."""
+    return forward(net, x).nu[-1]
+
+
+def output_ebp_d(net: Network, x: np.ndarray) -> np.ndarray:
+    """EBP-D: the deterministic net with W = sign(h) (binary) or h (real) and the real bias;
+    hidden units sign(W v + b) (+1 at 0), a linear output layer. Sampled dropout scales W by p."""
+    v = x
+    scale = net.keep if net.dropout == "sampled" else 1.0
+    for k, layer in enumerate(net.layers):
+        w = np.sign(layer.h) if net.weights == "binary" else layer.h
+        if layer.mask is not None:
+            w = w * layer.mask
+        u = scale * (v @ w.T) + layer.b
+        v = u if k == len(net.layers) - 1 else np.where(u >= 0, 1.0, -1.0)
+    return v
+
+
+def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000) -> dict[str, float]:
+    """Test errors (fractions) of EBP-P and EBP-D on (x, labels)."""
+    wrong_p = wrong_d = 0
+    for start in range(0, len(x), batch):
+        xb, lb = x[start:start + batch], labels[start:start + batch]
+        wrong_p += int(np.sum(output_ebp_p(net, xb).argmax(axis=1) != lb))
+        wrong_d += int(np.sum(output_ebp_d(net, xb).argmax(axis=1) != lb))
+    return {"ebp_p": wrong_p / len(x), "ebp_d": wrong_d / len(x)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Training: epochs in a new random order, checkpoint and resume
+# ----------------------------------------------------------------------------------------------------------
+
+def _check_data(net: Network, x: np.ndarray, y: np.ndarray) -> None:
+    if x.ndim != 2 or x.shape[1] != net.sizes[0]:
+        raise ValueError(f"inputs have shape {x.shape}; this network needs (n, {net.sizes[0]}) "
+                         f"(flatten the {net.input_side}x{net.input_side} images)")
+    if y.shape != (len(x), net.sizes[-1]):
+        raise ValueError(f"targets have shape {y.shape}; need ({len(x)}, {net.sizes[-1]}) ±1 one-vs-all "
+                         f"vectors (see one_vs_all)")
+
+
+def _check_batch_size(batch_size) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1 (1 = the paper's online learning)")
+
+
+def train_epoch(net: Network, x: np.ndarray, y: np.ndarray, batch_size: int, rng, epoch: int = 0) -> None:
+    """One epoch: the training set in a new random order drawn from `rng`, one EBP step per minibatch."""
+    _check_batch_size(batch_size)
+    _check_data(net, x, y)
+    order = rng.permutation(len(x))
+    for k, start in enumerate(range(0, len(x), batch_size)):
+        idx = order[start:start + batch_size]
+        train_step(net, x[idx], y[idx], rng, step=f"{k} of epoch {epoch + 1} (batch size {batch_size})")
+
+
+def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,
+        checkpoint=None, n_train_eval: int = 10000, on_epoch=None) -> tuple[Network, list[dict]]:
+    """Train for `epochs` epochs, evaluating after each; returns the network and the per-epoch history.
+
+    With `checkpoint` (a file path) the state (network, epoch, RNG, history) is saved after every epoch,
+    and a run whose checkpoint exists resumes from it, bit-identical to a run that was never interrupted.
+    The training error is measured on the first `n_train_eval` training images. `on_epoch(record)` is
+    called after every epoch (progress display).
+    """
+    import time
+
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
+        raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
+    _check_batch_size(batch_size)
+    _check_data(net, data.x_train, data.y_train)
+    rng, history = np.random.default_rng(seed), []
+    if checkpoint is not None and Path(checkpoint).exists():
+        saved, meta = load_network(checkpoint)
+        if _config(saved) != _config(net) or meta.get("seed") != seed or meta.get("batch_size") != batch_size:
+            raise ValueError(f"checkpoint {checkpoint} was written for another configuration "
+                             f"({_config(saved)}, seed {meta.get('seed')}, batch size {meta.get('batch_size')}); "
+                             f"remove it or choose another checkpoint path")
+        net, history = saved, meta["history"]
+        rng.bit_generator.state = meta["rng_state"]
+    for epoch in range(len(history), epochs):
+        start = time.perf_counter()
+        train_epoch(net, data.x_train, data.y_train, batch_size, rng, epoch)
+        seconds = time.perf_counter() - start
+        test = evaluate(net, data.x_test, data.labels_test)
+        train = evaluate(net, data.x_train[:n_train_eval], data.labels_train[:n_train_eval])
+        record = {"epoch": epoch + 1, "test_ebp_p": test["ebp_p"], "test_ebp_d": test["ebp_d"],
+                  "train_ebp_p": train["ebp_p"], "train_ebp_d": train["ebp_d"], "train_seconds": seconds}
+        history.append(record)
+        if checkpoint is not None:
+            save_network(checkpoint, net, seed=seed, batch_size=batch_size, history=history,
+                         rng_state=rng.bit_generator.state)
+        if on_epoch is not None:
+            on_epoch(record)
+    return net, history
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Persistence: one .npz holds the posterior, the configuration and (for checkpoints) the training state
+# ----------------------------------------------------------------------------------------------------------
+
+def _config(net: Network) -> dict:
+    return {"architecture": net.architecture, "weights": net.weights, "input_side": net.input_side,
+            "dropout": net.dropout, "keep": net.keep, "dtype": str(net.layers[0].h.dtype)}
+
+
+def save_network(path, net: Network, **meta) -> None:
+    """Write the network (and JSON-serialisable `meta`) atomically: an interrupted save loses nothing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    for k, layer in enumerate(net.layers):
+        arrays[f"h{k}"], arrays[f"b{k}"] = layer.h, layer.b
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, meta=json.dumps({"config": _config(net), **meta}), **arrays)
+    os.replace(tmp, path)
+
+
+def load_network(path) -> tuple[Network, dict]:
+    """Read a network written by save_network; returns it and the saved metadata."""
+    with np.load(path) as f:
+        meta = json.loads(str(f["meta"]))
+        config = meta.pop("config")
+        net = init_network([tuple(s) if isinstance(s, list) else s for s in config["architecture"]],
+                           config["weights"], 0, config["input_side"], dropout=config["dropout"],
+                           keep=config["keep"], dtype=np.dtype(config["dtype"]))
+        for k, layer in enumerate(net.layers):
+            layer.h[...], layer.b[...] = f[f"h{k}"], f[f"b{k}"]
+    return net, meta
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checks: Monte Carlo and finite-difference references (used by the tests and the notebooks)
+# ----------------------------------------------------------------------------------------------------------
+
+def sample_weights(layer: Layer, weights: str, rng, n_samples: int) -> np.ndarray:
+    """Draw (n_samples, V, K) weight matrices from the mean-field posterior (masked weights are 0).
+
+    binary: W = +1 with probability (1 + tanh h)/2;  real: W = h + N(0, 1).
+    """
+    shape = (n_samples,) + layer.h.shape
+    if weights == "binary":
+        w = np.where(rng.random(shape) < 0.5 * (1.0 + np.tanh(layer.h)), 1.0, -1.0)
+    else:
+        w = layer.h + rng.standard_normal(shape)
+    return w * layer.mask if layer.mask is not None else w
+
+
+def monte_carlo_layer(layer: Layer, weights: str, nu_prev: np.ndarray, rng, n_samples: int = 20000,
+                      deterministic_input: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sampled mean and variance of u = (W v + b)/sqrt(N) and the mean of sign(u), for one input.
+
+    The weights come from the posterior; the input v is nu_prev itself (deterministic_input, the image) or
+    independent ±1 units with means nu_prev (a hidden layer under the mean-field assumption). The bias is
+    drawn as N(b, 1), the spec's convention (an input fixed at 1 whose weight has variance 1: the "+1" in σ²).
+    """
+    w = sample_weights(layer, weights, rng, n_samples)
+    if deterministic_input:
+        v = np.broadcast_to(nu_prev, (n_samples, len(nu_prev)))
+    else:
+        v = np.where(rng.random((n_samples, len(nu_prev))) < 0.5 * (1.0 + nu_prev), 1.0, -1.0)
+    bias = layer.b + rng.standard_normal((n_samples, len(layer.b)))
+    u = (np.einsum("svk,sk->sv", w, v) + bias) / np.sqrt(layer.n)
+    return u.mean(axis=0), u.var(axis=0), np.where(u >= 0, 1.0, -1.0).mean(axis=0)
+
+
+def log_likelihood_from(net: Network, fwd: Pass, y: np.ndarray, k: int, mu: np.ndarray | None = None,
+                        m: np.ndarray | None = None) -> float:
+    """Σ_i ln Φ(y_i μ_{i,L}/σ_{i,L}) as a function of layer k's μ (or of its ⟨W⟩ = m), every σ held at the
+    values of the forward pass `fwd` (spec §Backward pass): the function whose derivatives Δ and the h
+    increments are. Layers are numbered from 0."""
+    if m is not None:
+        mu = (fwd.inputs[k] @ m.T + net.layers[k].b) / np.sqrt(net.layers[k].n)
+    for j in range(k + 1, len(net.layers)):
+        nu = unit_mean(mu, fwd.sigma2[j - 1])
+        mu = (nu @ fwd.m[j].T + net.layers[j].b) / np.sqrt(net.layers[j].n)
+    return float(np.sum(special.log_ndtr(y * mu / np.sqrt(fwd.sigma2[-1]))))
+
+
+def paper_printed_deltas(net: Network, fwd: Pass, y: np.ndarray) -> list[np.ndarray]:
+    """Δ as the paper's Algorithm 1 prints it: no factor 2 in the hidden Δ, sqrt(K) in place of sqrt(K+1).
+    Kept only to show (tests, notebook 03) that it fails the finite-difference check."""
+    deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
+    for k in range(len(net.layers) - 1, 0, -1):
+        back = (deltas[0] / np.sqrt(net.layers[k].n - 1)) @ fwd.m[k]
+        deltas.insert(0, gaussian_at_zero(fwd.mu[k - 1], fwd.sigma2[k - 1]) * back)
+    return deltas
+
+
+def paper_printed_increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.ndarray]:
+    """h increments as Algorithm 1 prints them: μ_{j,l−1} in place of ν_{j,l−1} (the image x at the first
+    layer) and sqrt(K) in place of sqrt(K+1)."""
+    out = []
+    for k, (layer, delta) in enumerate(zip(net.layers, deltas)):
+        prev = fwd.inputs[0] if k == 0 else fwd.mu[k - 1]
+        out.append((delta / np.sqrt(layer.n - 1)).T @ prev)
+    return out
+
+
+def increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.ndarray]:
+    """The h increments Σ_batch Δ_i ν_j / sqrt(N_i) that `update` adds (spec §Update), per layer."""
+    out = []
+    for layer, nu_prev, delta in zip(net.layers, fwd.inputs, deltas):
+        inc = (delta / np.sqrt(layer.n)).T @ nu_prev
+        out.append(inc * layer.mask if layer.mask is not None else inc)
+    return out
