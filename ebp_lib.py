@@ -457,14 +457,18 @@ def forward(net: Network, x: np.ndarray, train: bool = False, rng=None) -> Pass:
 # ----------------------------------------------------------------------------------------------------------
 
 def log_phi_ratio(t):
-    """ln(φ(t)/Φ(t)), finite for every real t (φ/Φ ~ −t for t → −∞, ~ φ(t) → 0 for t → +∞)."""
-    return -0.5 * t * t - 0.5 * np.log(2.0 * np.pi) - special.log_ndtr(t)
+    """ln(φ(t)/Φ(t)) = ln sqrt(2/π) − ln erfcx(−t/√2), finite for every real t.
+
+    Since Φ(t) = ½ erfcx(−t/√2) e^{−t²/2}, the Gaussian factors cancel exactly: no 0/0 for t → −∞
+    (where φ/Φ ~ −t) and a clean 0 for t → +∞.
+    """
+    return 0.5 * np.log(2.0 / np.pi) - np.log(special.erfcx(-t / np.sqrt(2.0)))
 
 
 def output_delta(y, mu, sigma2):
     """Δ_L = y N(0|μ,σ²) / Φ(yμ/σ) = (y/σ) φ(t)/Φ(t) with t = yμ/σ (spec §Backward pass, output).
 
-    Computed from log Φ (scipy's log_ndtr) so it stays finite and has the sign of y for any μ/σ:
+    Evaluated through log_phi_ratio, so it is finite and has the sign of y for any μ/σ and either label;
     the naive ratio is 0/0 once |μ/σ| ≳ 38.
     """
     sigma = np.sqrt(sigma2)
