@@ -588,8 +588,8 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
 
     With `checkpoint` (a file path) the state (network, epoch, RNG, history) is saved after every epoch,
     and a run whose checkpoint exists resumes from it, bit-identical to a run that was never interrupted.
-    The training error is measured on the first `n_train_eval` training images. `on_epoch(record)` is
-    called after every epoch (progress display).
+    The training error is measured on the first `n_train_eval` training images (0: not measured).
+    `on_epoch(record)` is called after every epoch (progress display).
     """
     import time
 
@@ -611,7 +611,8 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
         train_epoch(net, data.x_train, data.y_train, batch_size, rng, epoch)
         seconds = time.perf_counter() - start
         test = evaluate(net, data.x_test, data.labels_test)
-        train = evaluate(net, data.x_train[:n_train_eval], data.labels_train[:n_train_eval])
+        train = (evaluate(net, data.x_train[:n_train_eval], data.labels_train[:n_train_eval]) if n_train_eval
+                 else {"ebp_p": None, "ebp_d": None})
         record = {"epoch": epoch + 1, "test_ebp_p": test["ebp_p"], "test_ebp_d": test["ebp_d"],
                   "train_ebp_p": train["ebp_p"], "train_ebp_d": train["ebp_d"], "train_seconds": seconds}
         history.append(record)

@@ -22,7 +22,7 @@ def main() -> None:
     net = ebp.init_network(ebp.paper_architecture(args.hidden), args.weights, seed=args.seed)
     print(f"EBP, {args.weights} weights, network {net.sizes}, batch size 10, "
           f"{len(data.x_train)} training images, {args.epochs} epoch(s)")
-    ebp.fit(net, data, args.epochs, seed=args.seed, n_train_eval=1,
+    ebp.fit(net, data, args.epochs, seed=args.seed, n_train_eval=0,
             on_epoch=lambda r: print(f"epoch {r['epoch']}: test error EBP-P {100 * r['test_ebp_p']:.2f}%, "
                                      f"EBP-D {100 * r['test_ebp_d']:.2f}% ({r['train_seconds']:.0f} s)"))
 
