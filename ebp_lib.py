@@ -733,3 +733,150 @@ def increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.nda
         inc = (delta / np.sqrt(layer.n)).T @ nu_prev
         out.append(inc * layer.mask if layer.mask is not None else inc)
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Notebook helpers: 05-08
+# Small functions that notebooks 05 (real weights), 06 (outputs), 07 (dropout) and 08 (spatial filtering)
+# call so that their cells stay a few lines long; each docstring names the notebook that derives it.
+# ----------------------------------------------------------------------------------------------------------
+
+def learning_curve(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,
+                   eval_every: int = 100, n_test: int = 2000) -> list[dict]:
+    """Train with `train_step` on minibatches in a new random order every epoch (drawn from `seed`, as in
+    `train_epoch`) and record the test errors of EBP-P and EBP-D on the first `n_test` test images before
+    training, every `eval_every` minibatches and at the end of every epoch (notebooks 05, 07).
+
+    Returns a list of {"step", "epoch" (fractional), "ebp_p", "ebp_d"}.
+    """
+    _check_batch_size(batch_size)
+    _check_data(net, data.x_train, data.y_train)
+    rng = np.random.default_rng(seed)
+    x_test, labels = data.x_test[:n_test], data.labels_test[:n_test]
+    n_batches = -(-len(data.x_train) // batch_size)
+    curve = [{"step": 0, "epoch": 0.0, **evaluate(net, x_test, labels)}]
+    for epoch in range(epochs):
+        order = rng.permutation(len(data.x_train))  # as train_epoch: one permutation, then the minibatches
+        for k in range(n_batches):
+            idx = order[k * batch_size:(k + 1) * batch_size]
+            train_step(net, data.x_train[idx], data.y_train[idx], rng, step=f"{k} of epoch {epoch + 1}")
+            step = epoch * n_batches + k + 1
+            if step % eval_every == 0 or k == n_batches - 1:
+                curve.append({"step": step, "epoch": step / n_batches, **evaluate(net, x_test, labels)})
+    return curve
+
+
+def class_log_probabilities(mu: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+    """ln p_c, the class distribution implied by EBP-P's output layer (notebook 06).
+
+    Each output unit is +1 with probability P(v_k = +1) = Φ(t_k) = (1 + ν_k)/2, t = μ/σ, independently.
+    Conditioned on the output being one of the one-vs-all codes e_c (+1 at c, −1 elsewhere):
+        p_c ∝ Φ(t_c) Π_{k≠c} Φ(−t_k) ∝ Φ(t_c)/Φ(−t_c) = (1 + ν_c)/(1 − ν_c).
+    Computed from log Φ, so it stays finite where ν_c rounds to ±1. Rows sum to 1 after exp.
+    """
+    t = mu / np.sqrt(sigma2)
+    a = special.log_ndtr(t) - special.log_ndtr(-t)
+    return a - special.logsumexp(a, axis=-1, keepdims=True)
+
+
+def reliability(confidence, outcome, n_bins: int = 10) -> dict:
+    """Reliability-diagram data and the expected calibration error (notebook 06).
+
+    Predicted probabilities `confidence` of events that happened (`outcome` 1) or not (0) are put in
+    `n_bins` equal-width bins of [0, 1] (1.0 in the last one); per bin: mean confidence, observed
+    frequency, count (NaN confidence/frequency for an empty bin).
+        ECE = Σ_b (n_b / n) |frequency_b − confidence_b|.
+    """
+    confidence = np.ravel(confidence).astype(float)
+    outcome = np.ravel(outcome).astype(float)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    which = np.digitize(confidence, edges[1:-1])
+    count = np.bincount(which, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_confidence = np.bincount(which, confidence, n_bins) / count
+        frequency = np.bincount(which, outcome, n_bins) / count
+    ece = float(np.nansum(count * np.abs(frequency - mean_confidence)) / len(confidence))
+    return {"edges": edges, "confidence": mean_confidence, "frequency": frequency, "count": count, "ece": ece}
+
+
+def monte_carlo_outputs(net: Network, x: np.ndarray, rng, n_samples: int = 500) -> np.ndarray:
+    """Sampled ⟨v_L⟩ (B, V_L) of the Bayes average of sign networks, which EBP-P's ν_L approximates
+    (notebook 06). Each sample draws one whole network from the mean-field posterior (every weight by
+    sample_weights, every bias as N(b, 1), the spec's convention) and runs v_l = sign(W_l v_{l−1} + b_l)
+    through all layers, the output layer included. Networks with dropout are refused.
+    """
+    if net.dropout is not None:
+        raise ValueError("monte_carlo_outputs samples networks without dropout")
+    total = np.zeros((len(x), len(net.layers[-1].b)))
+    for _ in range(n_samples):
+        v = x
+        for layer in net.layers:
+            w = sample_weights(layer, net.weights, rng, 1)[0]
+            u = v @ w.T + layer.b + rng.standard_normal(len(layer.b))
+            v = np.where(u >= 0, 1.0, -1.0)
+        total += v
+    return total / n_samples
+
+
+def with_scaled_h(net: Network, alpha: float) -> Network:
+    """A copy of `net` with every h multiplied by alpha (biases unchanged): for binary weights it makes
+    every weight more (alpha > 1) or less (alpha < 1) certain while keeping its sign, so EBP-D is unchanged
+    (notebook 06)."""
+    import copy
+
+    scaled = copy.deepcopy(net)
+    for layer in scaled.layers:
+        layer.h *= alpha
+    return scaled
+
+
+def monte_carlo_layer_inputs(layer: Layer, weights: str, v: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Sampled mean and variance (each (V,)) of u = (W v_s + b)/sqrt(N), where each row v_s of v (S, K) is
+    one draw of a random input (e.g. the image under a dropout mask) and comes with its own draw of the
+    weights (sample_weights) and of the bias (N(b, 1)) (notebook 07). Works in chunks to bound memory."""
+    chunk = max(1, 2_000_000 // layer.h.size)
+    total, total2 = np.zeros(len(layer.b)), np.zeros(len(layer.b))
+    for start in range(0, len(v), chunk):
+        vs = v[start:start + chunk]
+        w = sample_weights(layer, weights, rng, len(vs))
+        u = (np.einsum("svk,sk->sv", w, vs) + layer.b + rng.standard_normal((len(vs), len(layer.b))))
+        u /= np.sqrt(layer.n)
+        total += u.sum(axis=0)
+        total2 += (u * u).sum(axis=0)
+    mean = total / len(v)
+    return mean, total2 / len(v) - mean * mean
+
+
+def log_likelihood_masked(net: Network, fwd: Pass, y: np.ndarray, k: int, mu: np.ndarray) -> float:
+    """log_likelihood_from for a forward pass with sampled dropout: every layer j > k sees the masked means
+    mask_j · ν_{j−1} with the masks of `fwd`, as the forward pass did (notebook 07). log_likelihood_from
+    applies no masks above layer k, so with sampled dropout its derivatives are not the Δ of `backward`."""
+    for j in range(k + 1, len(net.layers)):
+        nu = unit_mean(mu, fwd.sigma2[j - 1])
+        if fwd.masks[j] is not None:
+            nu = nu * fwd.masks[j]
+        mu = (nu @ fwd.m[j].T + net.layers[j].b) / np.sqrt(net.layers[j].n)
+    return float(np.sum(special.log_ndtr(y * mu / np.sqrt(fwd.sigma2[-1]))))
+
+
+def receptive_field(net: Network, layer_index: int, unit: int) -> np.ndarray:
+    """Boolean (side, side) image of the input pixels that `unit` of layer `layer_index` (0-based) depends
+    on, through the connectivity masks of that layer and every layer below it (a layer without a mask sees
+    all its inputs) (notebook 08)."""
+    reach = np.zeros(len(net.layers[layer_index].b), dtype=bool)
+    reach[unit] = True
+    for layer in net.layers[layer_index::-1]:
+        connected = layer.mask if layer.mask is not None else np.ones(layer.h.shape, dtype=bool)
+        reach = connected[reach].any(axis=0)
+    return reach.reshape(net.input_side, net.input_side)
+
+
+def weights_as_image(net: Network, layer_index: int, unit: int) -> np.ndarray:
+    """⟨W⟩ of one unit's incoming weights (tanh h or h) laid out on its input grid (the image for the first
+    layer, the previous feature map for a second local layer), NaN where the unit is not connected, so a
+    plot shows the weights at their receptive-field position (notebook 08)."""
+    layer = net.layers[layer_index]
+    m, _ = weight_moments(layer, net.weights)
+    image = np.where(layer.mask[unit], m[unit], np.nan) if layer.mask is not None else m[unit].copy()
+    side = int(round(np.sqrt(layer.h.shape[1])))
+    return image.reshape(side, side)
