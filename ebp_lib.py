@@ -515,8 +515,13 @@ def update(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> None:
         layer.b += (delta / np.sqrt(layer.n)).sum(axis=0)
 
 
-def train_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int | None = None) -> None:
-    """One EBP step on a minibatch: forward, backward, update (the corrected Algorithm 1)."""
+def train_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int | None = None,
+               engine: str = "fast") -> None:
+    """One EBP step on a minibatch: forward, backward, update (the corrected Algorithm 1).
+    engine="fast" runs the same step in float32 (section "Fast path"); "reference" runs the code above."""
+    _check_engine(engine)
+    if engine == "fast":
+        return fast_train_step(net, x, y, rng, step)
     fwd = forward(net, x, train=True, rng=rng)
     update(net, fwd, backward(net, fwd, y, step))
 
@@ -572,30 +577,39 @@ def _check_batch_size(batch_size) -> None:
         raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1 (1 = the paper's online learning)")
 
 
-def train_epoch(net: Network, x: np.ndarray, y: np.ndarray, batch_size: int, rng, epoch: int = 0) -> None:
-    """One epoch: the training set in a new random order drawn from `rng`, one EBP step per minibatch."""
+def train_epoch(net: Network, x: np.ndarray, y: np.ndarray, batch_size: int, rng, epoch: int = 0,
+                engine: str = "fast") -> None:
+    """One epoch: the training set in a new random order drawn from `rng`, one EBP step per minibatch.
+    engine: "fast" (float32 fast path, the default) or "reference" (train_step above, the network's dtype)."""
     _check_batch_size(batch_size)
     _check_data(net, x, y)
+    _check_engine(engine)
+    if engine == "fast":
+        return fast_train_epoch(net, x, y, batch_size, rng, epoch)
     order = rng.permutation(len(x))
     for k, start in enumerate(range(0, len(x), batch_size)):
         idx = order[start:start + batch_size]
-        train_step(net, x[idx], y[idx], rng, step=f"{k} of epoch {epoch + 1} (batch size {batch_size})")
+        train_step(net, x[idx], y[idx], rng, step=f"{k} of epoch {epoch + 1} (batch size {batch_size})",
+                   engine="reference")
 
 
 def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,
-        checkpoint=None, n_train_eval: int = 10000, on_epoch=None) -> tuple[Network, list[dict]]:
+        checkpoint=None, n_train_eval: int = 10000, on_epoch=None,
+        engine: str = "fast") -> tuple[Network, list[dict]]:
     """Train for `epochs` epochs, evaluating after each; returns the network and the per-epoch history.
 
     With `checkpoint` (a file path) the state (network, epoch, RNG, history) is saved after every epoch,
     and a run whose checkpoint exists resumes from it, bit-identical to a run that was never interrupted.
     The training error is measured on the first `n_train_eval` training images (0: not measured).
-    `on_epoch(record)` is called after every epoch (progress display).
+    `on_epoch(record)` is called after every epoch (progress display). `engine` trains with the fast path
+    ("fast", float32, the default) or the reference code ("reference"); evaluation is the reference's.
     """
     import time
 
     if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
         raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
     _check_batch_size(batch_size)
+    _check_engine(engine)
     _check_data(net, data.x_train, data.y_train)
     rng, history = np.random.default_rng(seed), []
     if checkpoint is not None and Path(checkpoint).exists():
@@ -608,7 +622,7 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
         rng.bit_generator.state = meta["rng_state"]
     for epoch in range(len(history), epochs):
         start = time.perf_counter()
-        train_epoch(net, data.x_train, data.y_train, batch_size, rng, epoch)
+        train_epoch(net, data.x_train, data.y_train, batch_size, rng, epoch, engine=engine)
         seconds = time.perf_counter() - start
         test = evaluate(net, data.x_test, data.labels_test)
         train = (evaluate(net, data.x_train[:n_train_eval], data.labels_train[:n_train_eval]) if n_train_eval
@@ -733,6 +747,237 @@ def increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.nda
         inc = (delta / np.sqrt(layer.n)).T @ nu_prev
         out.append(inc * layer.mask if layer.mask is not None else inc)
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Fast path (engine="fast"): the same equations in float32, ⟨W⟩ cached, update and refresh fused
+# ----------------------------------------------------------------------------------------------------------
+# The functions above are the reference: float64, written like the spec. The reference spends its time
+# recomputing ⟨W⟩ = tanh h and ⟨W²⟩ of every weight at every step (weight_moments) and in the increment matrix
+# (increments); see outputs/BENCHMARK.md. The fast engine, for the length of one train_epoch call, works on a
+# float32 copy of the network that also holds ⟨W⟩ and ⟨W⟩² of every weight; after each step one numba pass per
+# layer adds the minibatch increment to h and refreshes those caches (replacing `update` and the next step's
+# `weight_moments`), and the products are float32 BLAS on one thread. At the end of the call (also when a
+# non-finite Δ stops it) h and b are written back into the network, rounded to float32 whatever the network's
+# dtype: every epoch starts from the network alone, so checkpoint/resume stays bit-identical. It draws the same
+# random numbers as the reference, so sampled-dropout runs see the same masks. tests/test_fast.py checks it
+# against the reference; scripts/benchmark.py times both.
+
+import numba
+from threadpoolctl import ThreadpoolController
+
+FAST_DTYPE = np.float32
+FAST_BLAS_THREADS = 1   # one BLAS thread per process: on 2-core machines threaded BLAS beside another job is slower
+ENGINES = ("fast", "reference")
+# fastmath without 'nnan'/'ninf': lets LLVM vectorise and reassociate, but a NaN/inf h still gives a NaN ⟨W⟩,
+# hence a non-finite Δ and the reference's error.
+_FASTMATH = {"contract", "arcp", "reassoc", "nsz", "afn"}
+_blas = None
+
+
+def _check_engine(engine) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose 'fast' (float32, cached ⟨W⟩) or 'reference'")
+
+
+def _blas_one_thread():
+    """A context that limits BLAS to FAST_BLAS_THREADS threads (the controller is built once: it scans libraries)."""
+    global _blas
+    if _blas is None:
+        _blas = ThreadpoolController()
+    return _blas.limit(limits=FAST_BLAS_THREADS, user_api="blas")
+
+
+@numba.njit(fastmath=_FASTMATH, error_model="numpy", cache=True)
+def _tanh32(x):
+    """tanh in float32 as a rational function of x (Eigen's fast tanh, error a few float32 ulp, |x| clamped at
+    7.9 where it is 1 to float32 precision). Unlike np.tanh it vectorises: replaces np.tanh in weight_moments."""
+    c = np.float32(7.90531110763549805)
+    z = min(max(x, -c), c)
+    z2 = z * z
+    p = z2 * np.float32(-2.76076847742355e-16) + np.float32(2.00018790482477e-13)
+    p = z2 * p + np.float32(-8.60467152213735e-11)
+    p = z2 * p + np.float32(5.12229709037114e-08)
+    p = z2 * p + np.float32(1.48572235717979e-05)
+    p = z2 * p + np.float32(6.37261928875436e-04)
+    p = z2 * p + np.float32(4.89352455891786e-03)
+    q = z2 * np.float32(1.19825839466702e-06) + np.float32(1.18534705686654e-04)
+    q = z2 * q + np.float32(2.26843463243900e-03)
+    q = z2 * q + np.float32(4.89352518554385e-03)
+    t = z * p / q
+    return t if x == x else x   # NaN stays NaN
+
+
+@numba.njit(fastmath=_FASTMATH, error_model="numpy", cache=True)
+def _update_refresh(h, m, m2, m2sum, a, nu, mask, binary):
+    """One layer's `update` of h fused with the next step's `weight_moments`, in one pass over the weights:
+
+        h_ij += Σ_batch a_i ν_j  (a = Δ/sqrt(N); times mask_ij for a local layer),
+        m = ⟨W⟩ (tanh h, or h for real weights; 0 where masked out), m2 = m², m2sum_i = Σ_j m2_ij.
+
+    For real weights pass m = h. `mask` is (V, K), or (0, 0) for a dense layer; a and nu with 0 rows only
+    refresh the caches.
+    """
+    units, width = h.shape
+    inc = np.empty(width, np.float32)
+    masked = mask.shape[0] > 0
+    for i in range(units):
+        inc[:] = 0
+        for s in range(a.shape[0]):
+            a_si = a[s, i]
+            for j in range(width):
+                inc[j] += a_si * nu[s, j]
+        if masked:
+            for j in range(width):
+                inc[j] *= mask[i, j]
+        total = np.float32(0)
+        if binary:
+            for j in range(width):
+                h_ij = h[i, j] + inc[j]
+                h[i, j] = h_ij
+                m_ij = _tanh32(h_ij)
+                if masked:
+                    m_ij *= mask[i, j]
+                m[i, j] = m_ij
+                m2[i, j] = m_ij * m_ij
+                total += m_ij * m_ij
+        else:
+            for j in range(width):
+                h_ij = h[i, j] + inc[j]
+                h[i, j] = h_ij
+                m2[i, j] = h_ij * h_ij
+                total += h_ij * h_ij
+        m2sum[i] = total
+
+
+@dataclass
+class _FastLayer:
+    """A float32 working copy of one Layer with its caches: m = ⟨W⟩, m2 = ⟨W⟩², m2sum = Σ_j m2 (per unit)."""
+    h: np.ndarray
+    b: np.ndarray
+    m: np.ndarray
+    m2: np.ndarray
+    m2sum: np.ndarray
+    mask: np.ndarray | None
+    fan_in: np.ndarray
+    inv_sqrt_n: np.ndarray
+
+
+def _fast_layers(net: Network) -> list[_FastLayer]:
+    """The working copies of net's layers, caches computed from h (so they depend on h alone)."""
+    out = []
+    for layer in net.layers:
+        h = np.array(layer.h, dtype=FAST_DTYPE, order="C")
+        mask = None if layer.mask is None else layer.mask.astype(FAST_DTYPE)
+        fl = _FastLayer(h, layer.b.astype(FAST_DTYPE), h if net.weights == "real" else np.empty_like(h),
+                        np.empty_like(h), np.empty(len(h), FAST_DTYPE), mask,
+                        (layer.n - 1).astype(FAST_DTYPE), (1.0 / np.sqrt(layer.n)).astype(FAST_DTYPE))
+        _refresh(fl, net.weights, np.zeros((0, h.shape[0]), FAST_DTYPE), np.zeros((0, h.shape[1]), FAST_DTYPE))
+        out.append(fl)
+    return out
+
+
+def _refresh(fl: _FastLayer, weights: str, a, nu) -> None:
+    _update_refresh(fl.h, fl.m, fl.m2, fl.m2sum, a, nu,
+                    fl.mask if fl.mask is not None else np.zeros((0, 0), FAST_DTYPE), weights == "binary")
+
+
+def _fast_forward(net: Network, layers: list[_FastLayer], x, rng):
+    """Training forward pass from the caches (replaces forward/layer_moments, same dropout and same draws):
+    μ = (ν m^T + b)/sqrt(N);  σ²·N = Σ_r ⟨W²⟩⟨v²⟩ − ν² m2^T + 1 with Σ_r ⟨W²⟩⟨v²⟩ = Σ_r mask v² (+ v² m2^T for
+    real weights, whose ⟨W²⟩ = m² + 1). Returns (inputs, mu, sigma2, dropout masks) per layer."""
+    nu, v2 = x, x * x
+    nu2 = (1.0 - 4.0 * net.keep * (1.0 - net.keep)) * v2 if net.dropout == "analytic" else v2
+    inputs, mus, sigma2s, masks = [], [], [], []
+    for fl in layers:
+        mask = None
+        if net.dropout == "sampled":
+            mask = (rng.random(nu.shape) < net.keep).astype(FAST_DTYPE)
+            nu = nu * mask
+            v2 = mask if v2 is None else v2 * mask
+            nu2 = nu * nu
+        mu = nu @ fl.m.T
+        mu += fl.b
+        mu *= fl.inv_sqrt_n
+        if v2 is None:  # ±1 hidden units: ⟨v²⟩ = 1
+            num = fl.fan_in + 1.0 + (fl.m2sum if net.weights == "real" else 0.0) - nu2 @ fl.m2.T
+        else:
+            num = (v2 @ fl.mask.T if fl.mask is not None else v2.sum(axis=1, keepdims=True)) + 1.0
+            if net.weights == "binary":
+                num = num - nu2 @ fl.m2.T
+            elif v2 is not nu2:  # real: + (v² − ν²) m2^T, exactly 0 for a plain image input
+                num = num + (v2 - nu2) @ fl.m2.T
+            else:
+                num = np.broadcast_to(num, mu.shape)
+        num = num / (fl.fan_in + 1.0)
+        inputs.append(nu)
+        mus.append(mu)
+        sigma2s.append(num)
+        masks.append(mask)
+        nu = unit_mean(mu, num)
+        v2, nu2 = None, nu * nu
+    return inputs, mus, sigma2s, masks
+
+
+def _fast_deltas(layers: list[_FastLayer], mus, sigma2s, masks, y, step) -> list[np.ndarray]:
+    """backward() from the caches: Δ_L in float64 (it is tiny, and near-saturated outputs want the range), the
+    hidden Δ in float32 with ⟨W⟩ from before the update. Same non-finite check and message as backward()."""
+    deltas = [output_delta(y.astype(np.float64), mus[-1].astype(np.float64),
+                           sigma2s[-1].astype(np.float64)).astype(FAST_DTYPE)]
+    for k in range(len(layers) - 1, 0, -1):
+        back = (deltas[0] * layers[k].inv_sqrt_n) @ layers[k].m
+        delta = 2.0 * gaussian_at_zero(mus[k - 1], sigma2s[k - 1]) * back
+        if masks[k] is not None:
+            delta *= masks[k]
+        deltas.insert(0, delta)
+    for k, delta in enumerate(deltas):
+        if not np.all(np.isfinite(delta)):
+            where = f" at step {step}" if step is not None else ""
+            raise FloatingPointError(
+                f"non-finite Δ in layer {k + 1}{where}: the posterior of some layer holds NaN/inf "
+                f"(h finite per layer: {[bool(np.isfinite(fl.h).all()) for fl in layers]}); training stopped "
+                f"before the update, so the parameters are those of the last finite step")
+    return deltas
+
+
+def _fast_step(net: Network, layers: list[_FastLayer], x, y, rng=None, step=None) -> None:
+    """train_step on the working copy: forward, backward, then per layer b += Σ a and the fused h update."""
+    inputs, mus, sigma2s, masks = _fast_forward(net, layers, np.asarray(x, FAST_DTYPE), rng)
+    for fl, nu_prev, delta in zip(layers, inputs, _fast_deltas(layers, mus, sigma2s, masks, y, step)):
+        a = delta * fl.inv_sqrt_n
+        fl.b += a.sum(axis=0)
+        _refresh(fl, net.weights, a, nu_prev)
+
+
+def _write_back(net: Network, layers: list[_FastLayer]) -> None:
+    for layer, fl in zip(net.layers, layers):
+        layer.h[...] = fl.h
+        layer.b[...] = fl.b
+
+
+def fast_train_epoch(net: Network, x, y, batch_size: int, rng, epoch: int = 0) -> None:
+    """train_epoch with the fast engine: same order, same steps, same random draws; h, b written back at the end."""
+    layers = _fast_layers(net)
+    order = rng.permutation(len(x))
+    steps = 0
+    try:
+        with _blas_one_thread():
+            for start in range(0, len(x), batch_size):
+                idx = order[start:start + batch_size]
+                _fast_step(net, layers, x[idx], y[idx], rng,
+                           step=f"{steps} of epoch {epoch + 1} (batch size {batch_size})")
+                steps += 1
+    finally:
+        if steps:  # a failure at the first step leaves the network exactly as it was
+            _write_back(net, layers)
+
+
+def fast_train_step(net: Network, x, y, rng=None, step=None) -> None:
+    """train_step with the fast engine (builds the working copy for one step: use train_epoch for speed)."""
+    layers = _fast_layers(net)
+    with _blas_one_thread():
+        _fast_step(net, layers, x, y, rng, step)
+    _write_back(net, layers)
 
 
 # ----------------------------------------------------------------------------------------------------------

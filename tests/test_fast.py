@@ -1,0 +1,110 @@
+"""The fast path (engine="fast", ebp_lib section "Fast path") against the reference code (issue 4).
+
+The fast engine computes in float32 with cached ⟨W⟩; the reference in float64. Tolerance: after 300 updates
+the largest difference in h is at most 1e-4 of the largest |h| (and the same for b): float32 rounding is ~6e-8
+per operation, and the measured differences are ~1e-6, so a wrong equation (a missing factor, a stale cache, a
+different dropout mask) fails by orders of magnitude.
+"""
+import numpy as np
+import pytest
+
+import ebp_lib as ebp
+
+SIDE = 12  # 144 inputs: small enough that 300 reference updates take milliseconds
+RTOL = 1e-4
+CASES = [  # (weights, architecture, dropout, init_scale)
+    ("binary", [30, 10], None, 1.0),
+    ("real", [30, 10], None, 1.0),
+    ("binary", [20, 15, 10], None, 3.0),              # depth 3, posteriors far from uniform
+    ("real", [20, 15, 10], None, 1.0),
+    ("binary", [("local", 5), 10], None, 1.0),        # spatial filtering: masked weights
+    ("real", [("local", 5), ("local", 4), 10], None, 1.0),
+    ("binary", [20, 10], "analytic", 1.0),
+    ("real", [20, 15, 10], "analytic", 1.0),
+    ("binary", [20, 15, 10], "sampled", 1.0),         # masks on the image and on hidden units
+    ("real", [("local", 5), 10], "sampled", 1.0),
+]
+
+
+def data(n, seed=0, classes=10):
+    """Inputs with a class-dependent mean (so the network learns and Δ is not just noise), ±1 targets."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, classes, n)
+    x = rng.standard_normal((n, SIDE * SIDE)) + 0.5 * np.cos(labels[:, None] + np.arange(SIDE * SIDE))
+    return x, ebp.one_vs_all(labels, classes)
+
+
+def net_for(weights, architecture, dropout, init_scale, dtype=np.float64):
+    return ebp.init_network(architecture, weights, seed=2, input_side=SIDE, init_scale=init_scale,
+                            dropout=dropout, dtype=dtype)
+
+
+def assert_close_networks(fast, reference):
+    for k, (a, b) in enumerate(zip(fast.layers, reference.layers)):
+        scale_h, scale_b = np.abs(b.h).max(), max(np.abs(b.b).max(), 1.0)
+        assert np.abs(a.h - b.h).max() <= RTOL * scale_h, f"layer {k + 1}: h differs"
+        assert np.abs(a.b - b.b).max() <= RTOL * scale_b, f"layer {k + 1}: b differs"
+
+
+@pytest.mark.parametrize("batch_size", [1, 10])
+@pytest.mark.parametrize("weights, architecture, dropout, init_scale", CASES)
+def test_fast_equals_reference_after_300_updates(weights, architecture, dropout, init_scale, batch_size):
+    x, y = data(300 * batch_size)
+    fast, reference = (net_for(weights, architecture, dropout, init_scale) for _ in range(2))
+    rng_fast, rng_reference = np.random.default_rng(5), np.random.default_rng(5)
+    ebp.train_epoch(fast, x, y, batch_size, rng_fast, engine="fast")
+    ebp.train_epoch(reference, x, y, batch_size, rng_reference, engine="reference")
+    assert rng_fast.bit_generator.state == rng_reference.bit_generator.state  # the same random draws
+    moved = max(np.abs(layer.h - start.h).max() for layer, start in
+                zip(reference.layers, net_for(weights, architecture, dropout, init_scale).layers))
+    assert moved > 100 * RTOL * max(np.abs(layer.h).max() for layer in reference.layers)  # training did something
+    assert_close_networks(fast, reference)
+
+
+@pytest.mark.parametrize("weights", ["binary", "real"])
+def test_fast_train_step_equals_reference_and_keeps_dtype(weights):
+    x, y = data(7)
+    for dtype in (np.float64, np.float32):
+        fast, reference = (net_for(weights, [20, 15, 10], "sampled", 3.0, dtype) for _ in range(2))
+        ebp.train_step(fast, x, y, np.random.default_rng(1), engine="fast")
+        ebp.train_step(reference, x, y, np.random.default_rng(1), engine="reference")
+        assert all(layer.h.dtype == dtype and layer.b.dtype == dtype for layer in fast.layers)
+        assert_close_networks(fast, reference)
+
+
+def test_fast_float32_network_matches_float64_reference():
+    x, y = data(1000)
+    fast = net_for("binary", [20, 15, 10], None, 1.0, np.float32)
+    reference = net_for("binary", [20, 15, 10], None, 1.0)
+    ebp.train_epoch(fast, x.astype(np.float32), y.astype(np.float32), 4, np.random.default_rng(0))
+    ebp.train_epoch(reference, x, y, 4, np.random.default_rng(0), engine="reference")
+    assert_close_networks(fast, reference)
+
+
+def test_fast_tanh_accuracy_and_nan():
+    h = np.concatenate([np.linspace(-20, 20, 400_001), [np.inf, -np.inf, np.nan]]).astype(np.float32)[None]
+    m, m2, m2sum = np.empty_like(h), np.empty_like(h), np.empty(1, np.float32)
+    empty = np.zeros((0, h.shape[1]), np.float32)
+    ebp._update_refresh(h, m, m2, m2sum, empty[:, :1], empty, np.zeros((0, 0), np.float32), True)
+    exact = np.tanh(h[0, :-1].astype(np.float64))
+    assert np.abs(m[0, :-1] - exact).max() < 3e-7  # a few float32 ulp of 1
+    assert np.isnan(m[0, -1])  # a NaN h still surfaces (as a non-finite Δ)
+    np.testing.assert_array_equal(m2, m * m)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_non_finite_stops_with_the_same_error(engine):
+    x, y = data(40)
+    net = net_for("binary", [20, 15, 10], None, 1.0)
+    net.layers[1].h[0, 0] = np.nan
+    before = [layer.h.copy() for layer in net.layers]
+    with pytest.raises(FloatingPointError, match=r"non-finite Δ in layer \d+ at step 0 of epoch 1"):
+        ebp.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
+    for layer, old in zip(net.layers, before):
+        np.testing.assert_array_equal(layer.h, old)
+
+
+def test_unknown_engine_is_refused():
+    x, y = data(10)
+    with pytest.raises(ValueError, match="unknown engine"):
+        ebp.train_epoch(net_for("binary", [20, 10], None, 1.0), x, y, 10, np.random.default_rng(0), engine="gpu")
