@@ -809,28 +809,34 @@ def _tanh32(x):
 
 
 @numba.njit(fastmath=_FASTMATH, error_model="numpy", cache=True)
-def _update_refresh(h, m, m2, m2sum, a, nu, mask, binary):
+def _update_refresh(h, m, a, nu, mask, binary):
     """One layer's `update` of h fused with the next step's `weight_moments`, in one pass over the weights:
 
         h_ij += Σ_batch a_i ν_j  (a = Δ/sqrt(N); times mask_ij for a local layer),
-        m = ⟨W⟩ (tanh h, or h for real weights; 0 where masked out), m2 = m², m2sum_i = Σ_j m2_ij.
+        m = ⟨W⟩ (tanh h, or h for real weights; 0 where masked out).
 
     For real weights pass m = h. `mask` is (V, K), or (0, 0) for a dense layer; a and nu with 0 rows only
     refresh the caches.
     """
     units, width = h.shape
+    batch = a.shape[0]
     inc = np.empty(width, np.float32)
     masked = mask.shape[0] > 0
     for i in range(units):
         inc[:] = 0
-        for s in range(a.shape[0]):
-            a_si = a[s, i]
+        s = 0
+        while s + 4 <= batch:  # four samples per sweep of the row: a quarter of the loads/stores of inc
+            a0, a1, a2, a3 = a[s, i], a[s + 1, i], a[s + 2, i], a[s + 3, i]
             for j in range(width):
-                inc[j] += a_si * nu[s, j]
+                inc[j] += a0 * nu[s, j] + a1 * nu[s + 1, j] + a2 * nu[s + 2, j] + a3 * nu[s + 3, j]
+            s += 4
+        for s in range(s, batch):
+            a0 = a[s, i]
+            for j in range(width):
+                inc[j] += a0 * nu[s, j]
         if masked:
             for j in range(width):
                 inc[j] *= mask[i, j]
-        total = np.float32(0)
         if binary:
             for j in range(width):
                 h_ij = h[i, j] + inc[j]
@@ -839,25 +845,54 @@ def _update_refresh(h, m, m2, m2sum, a, nu, mask, binary):
                 if masked:
                     m_ij *= mask[i, j]
                 m[i, j] = m_ij
-                m2[i, j] = m_ij * m_ij
-                total += m_ij * m_ij
         else:
             for j in range(width):
-                h_ij = h[i, j] + inc[j]
-                h[i, j] = h_ij
-                m2[i, j] = h_ij * h_ij
-                total += h_ij * h_ij
-        m2sum[i] = total
+                h[i, j] += inc[j]
+
+
+@numba.njit(fastmath=_FASTMATH, error_model="numpy", cache=True)
+def _products(m, nu, w, mu, q):
+    """The two products of layer_moments in one pass over ⟨W⟩ (replaces ν m^T and ν² (m²)^T there):
+
+        mu_si = Σ_j m_ij ν_sj,   q_si = Σ_j m_ij² w_sj,
+
+    m² formed on the fly (no ⟨W⟩² cache to write and read), four samples per sweep of a row.
+    """
+    units, width = m.shape
+    batch = nu.shape[0]
+    for i in range(units):
+        s = 0
+        while s + 4 <= batch:
+            a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = np.float32(0)
+            for j in range(width):
+                m_ij = m[i, j]
+                m2_ij = m_ij * m_ij
+                a0 += m_ij * nu[s, j]
+                a1 += m_ij * nu[s + 1, j]
+                a2 += m_ij * nu[s + 2, j]
+                a3 += m_ij * nu[s + 3, j]
+                c0 += m2_ij * w[s, j]
+                c1 += m2_ij * w[s + 1, j]
+                c2 += m2_ij * w[s + 2, j]
+                c3 += m2_ij * w[s + 3, j]
+            mu[s, i], mu[s + 1, i], mu[s + 2, i], mu[s + 3, i] = a0, a1, a2, a3
+            q[s, i], q[s + 1, i], q[s + 2, i], q[s + 3, i] = c0, c1, c2, c3
+            s += 4
+        for s in range(s, batch):
+            a0 = c0 = np.float32(0)
+            for j in range(width):
+                m_ij = m[i, j]
+                a0 += m_ij * nu[s, j]
+                c0 += m_ij * m_ij * w[s, j]
+            mu[s, i], q[s, i] = a0, c0
 
 
 @dataclass
 class _FastLayer:
-    """A float32 working copy of one Layer with its caches: m = ⟨W⟩, m2 = ⟨W⟩², m2sum = Σ_j m2 (per unit)."""
+    """A float32 working copy of one Layer with its cache m = ⟨W⟩ (for real weights m is h itself)."""
     h: np.ndarray
     b: np.ndarray
     m: np.ndarray
-    m2: np.ndarray
-    m2sum: np.ndarray
     mask: np.ndarray | None
     fan_in: np.ndarray
     inv_sqrt_n: np.ndarray
@@ -869,8 +904,7 @@ def _fast_layers(net: Network) -> list[_FastLayer]:
     for layer in net.layers:
         h = np.array(layer.h, dtype=FAST_DTYPE, order="C")
         mask = None if layer.mask is None else layer.mask.astype(FAST_DTYPE)
-        fl = _FastLayer(h, layer.b.astype(FAST_DTYPE), h if net.weights == "real" else np.empty_like(h),
-                        np.empty_like(h), np.empty(len(h), FAST_DTYPE), mask,
+        fl = _FastLayer(h, layer.b.astype(FAST_DTYPE), h if net.weights == "real" else np.empty_like(h), mask,
                         (layer.n - 1).astype(FAST_DTYPE), (1.0 / np.sqrt(layer.n)).astype(FAST_DTYPE))
         _refresh(fl, net.weights, np.zeros((0, h.shape[0]), FAST_DTYPE), np.zeros((0, h.shape[1]), FAST_DTYPE))
         out.append(fl)
@@ -878,14 +912,18 @@ def _fast_layers(net: Network) -> list[_FastLayer]:
 
 
 def _refresh(fl: _FastLayer, weights: str, a, nu) -> None:
-    _update_refresh(fl.h, fl.m, fl.m2, fl.m2sum, a, nu,
+    _update_refresh(fl.h, fl.m, a, nu,
                     fl.mask if fl.mask is not None else np.zeros((0, 0), FAST_DTYPE), weights == "binary")
 
 
 def _fast_forward(net: Network, layers: list[_FastLayer], x, rng):
-    """Training forward pass from the caches (replaces forward/layer_moments, same dropout and same draws):
-    μ = (ν m^T + b)/sqrt(N);  σ²·N = Σ_r ⟨W²⟩⟨v²⟩ − ν² m2^T + 1 with Σ_r ⟨W²⟩⟨v²⟩ = Σ_r mask v² (+ v² m2^T for
-    real weights, whose ⟨W²⟩ = m² + 1). Returns (inputs, mu, sigma2, dropout masks) per layer."""
+    """Training forward pass from the caches (replaces forward/layer_moments; same dropout, same draws):
+
+        μ = (ν m^T + b)/sqrt(N),   σ²·N = Σ_r ⟨W²⟩⟨v²⟩ − Σ_r m² ν² + 1,
+
+    where Σ_r ⟨W²⟩⟨v²⟩ = Σ_r mask_r v²_r for binary weights (⟨W²⟩ = 1) and adds Σ_r m² v² for real ones
+    (⟨W²⟩ = m² + 1), so σ²·N = Σ mask v² + 1 − q with q = Σ m² w, w = ν² (binary), ν² − v² (real).
+    Returns (inputs, mu, sigma2, dropout masks) per layer."""
     nu, v2 = x, x * x
     nu2 = (1.0 - 4.0 * net.keep * (1.0 - net.keep)) * v2 if net.dropout == "analytic" else v2
     inputs, mus, sigma2s, masks = [], [], [], []
@@ -896,25 +934,24 @@ def _fast_forward(net: Network, layers: list[_FastLayer], x, rng):
             nu = nu * mask
             v2 = mask if v2 is None else v2 * mask
             nu2 = nu * nu
-        mu = nu @ fl.m.T
+        if v2 is None:  # ±1 hidden units: ⟨v²⟩ = 1
+            second, w = fl.fan_in + 1.0, (nu2 if net.weights == "binary" else nu2 - 1.0)
+        else:
+            second = (v2 @ fl.mask.T if fl.mask is not None else v2.sum(axis=1, keepdims=True)) + 1.0
+            w = nu2 if net.weights == "binary" else (None if v2 is nu2 else nu2 - v2)  # None: q = 0
+        if w is None:
+            mu, q = nu @ fl.m.T, 0.0
+        else:
+            mu, q = np.empty((len(nu), len(fl.h)), FAST_DTYPE), np.empty((len(nu), len(fl.h)), FAST_DTYPE)
+            _products(fl.m, nu, w, mu, q)
         mu += fl.b
         mu *= fl.inv_sqrt_n
-        if v2 is None:  # ±1 hidden units: ⟨v²⟩ = 1
-            num = fl.fan_in + 1.0 + (fl.m2sum if net.weights == "real" else 0.0) - nu2 @ fl.m2.T
-        else:
-            num = (v2 @ fl.mask.T if fl.mask is not None else v2.sum(axis=1, keepdims=True)) + 1.0
-            if net.weights == "binary":
-                num = num - nu2 @ fl.m2.T
-            elif v2 is not nu2:  # real: + (v² − ν²) m2^T, exactly 0 for a plain image input
-                num = num + (v2 - nu2) @ fl.m2.T
-            else:
-                num = np.broadcast_to(num, mu.shape)
-        num = num / (fl.fan_in + 1.0)
+        sigma2 = np.broadcast_to((second - q) / (fl.fan_in + 1.0), mu.shape)
         inputs.append(nu)
         mus.append(mu)
-        sigma2s.append(num)
+        sigma2s.append(sigma2)
         masks.append(mask)
-        nu = unit_mean(mu, num)
+        nu = unit_mean(mu, sigma2)
         v2, nu2 = None, nu * nu
     return inputs, mus, sigma2s, masks
 

@@ -83,13 +83,11 @@ def test_fast_float32_network_matches_float64_reference():
 
 def test_fast_tanh_accuracy_and_nan():
     h = np.concatenate([np.linspace(-20, 20, 400_001), [np.inf, -np.inf, np.nan]]).astype(np.float32)[None]
-    m, m2, m2sum = np.empty_like(h), np.empty_like(h), np.empty(1, np.float32)
-    empty = np.zeros((0, h.shape[1]), np.float32)
-    ebp._update_refresh(h, m, m2, m2sum, empty[:, :1], empty, np.zeros((0, 0), np.float32), True)
+    m, empty = np.empty_like(h), np.zeros((0, h.shape[1]), np.float32)
+    ebp._update_refresh(h, m, empty[:, :1], empty, np.zeros((0, 0), np.float32), True)
     exact = np.tanh(h[0, :-1].astype(np.float64))
     assert np.abs(m[0, :-1] - exact).max() < 3e-7  # a few float32 ulp of 1
     assert np.isnan(m[0, -1])  # a NaN h still surfaces (as a non-finite Δ)
-    np.testing.assert_array_equal(m2, m * m)
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
