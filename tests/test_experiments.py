@@ -1,0 +1,278 @@
+"""The experiment infrastructure: parameter validation, the paper's tables as data, the batch runner's row
+selection, skipping finished runs, resuming a run killed mid-way (bit-identical to an uninterrupted run),
+failure reports, and the findings of notebooks/tables.ipynb.
+
+Validation, selection and findings run in-process without notebooks. The runner tests execute
+notebooks/experiment.ipynb through papermill exactly as scripts/run_tables.py does, on a tiny configuration
+([784, 200, 10], 300 training images), and need the real MNIST files ($EBP_DATA_DIR).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import ebp_lib
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import run_tables as rt  # noqa: E402
+
+TINY = {"name": "tiny", "epochs": 3, "n_train": 300, "batch_size": 10, "seed": 0}
+RECORD_KEYS = ("epoch", "test_ebp_p", "test_ebp_d", "train_ebp_p", "train_ebp_d")  # all but timings
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Parameter validation
+# ----------------------------------------------------------------------------------------------------------
+
+def test_defaults_are_valid_and_cheap():
+    p = rt.validate_parameters({})
+    assert p == {**rt.DEFAULT_PARAMETERS}
+    assert p["n_train"] <= 2000 and p["epochs"] <= 2 and rt.protocol_label(p) == "shortened"
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("dataset", "cifar10", "choose one of mnist, fashion-mnist"),
+    ("architecture", "800x800", "unknown architecture"),
+    ("architecture", "block30", "block size 30"),
+    ("architecture", "0-10", "neither a positive layer size"),
+    ("architecture", 3.5, "give a name such as"),
+    ("weights", "ternary", "choose one of binary, real"),
+    ("dropout", "bernoulli", "choose None"),
+    ("keep", 0.0, "in (0, 1]"),
+    ("keep", 1.5, "in (0, 1]"),
+    ("epochs", 0, "integer >= 1"),
+    ("epochs", 2.0, "integer >= 1"),
+    ("batch_size", True, "integer >= 1"),
+    ("seed", -1, "integer >= 0"),
+    ("n_train", 0, "1..60000"),
+    ("n_train", 70000, "1..60000"),
+    ("preprocessing", "zca", "choose one of pixel, global, unit"),
+    ("std_floor", -1.0, ">= 0"),
+    ("init_scale", 0, "positive"),
+    ("init_scale", float("nan"), "positive"),
+    ("output_dir", 5, "a path"),
+])
+def test_bad_parameter_is_named_with_what_is_allowed(name, value, message):
+    with pytest.raises(rt.ParameterError) as info:
+        rt.validate_parameters({name: value})
+    text = str(info.value)
+    assert f"{name}={value!r}" in text and message in text, text
+
+
+def test_every_problem_is_reported_at_once_and_typos_are_errors():
+    with pytest.raises(rt.ParameterError) as info:
+        rt.validate_parameters({"epochs": 0, "weights": "ternary", "epoch": 5})
+    text = str(info.value)
+    assert "epochs=0" in text and "weights='ternary'" in text and "epoch: unknown parameter" in text
+
+
+def test_normalisation_and_protocol_label():
+    p = rt.validate_parameters({"architecture": 800, "dropout": "None", "n_train": None, "epochs": 120})
+    assert p["architecture"] == "800" and p["dropout"] is None and rt.protocol_label(p) == "paper"
+    assert rt.protocol_label({**p, "n_train": 60000}) == "paper"
+    assert rt.protocol_label({**p, "epochs": 119}) == "shortened"
+    assert rt.protocol_label({**p, "n_train": 59999}) == "shortened"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The paper's tables as data
+# ----------------------------------------------------------------------------------------------------------
+
+def test_paper_tables_are_complete_and_share_runs():
+    rows = rt.read_paper_tables()
+    assert [sum(r["table"] == t for r in rows) for t in (2, 3, 4)] == [36, 36, 28]
+    assert len({(r["table"], r["row"], r["column"]) for r in rows}) == len(rows)
+    by_run = {}
+    for r in rows:
+        by_run.setdefault(r["run_id"], []).append(r)
+    assert len(by_run) == 50
+    for run_id, pair in by_run.items():  # EBP-P and EBP-D of one weight type and column: one configuration
+        assert sorted(r["row"][-1] for r in pair) == ["D", "P"], run_id
+        assert len({(r["architecture"], r["weights"], r["dropout"], r["table"]) for r in pair}) == 1, run_id
+        rt.validate_parameters({"architecture": pair[0]["architecture"], "weights": pair[0]["weights"]})
+    cell = {(r["table"], r["row"], r["column"]): r for r in rows}
+    assert cell[(2, "B-EBP-D", "[800,800]")]["paper_error"] == 27.06
+    assert cell[(3, "R-EBP-P", "[800,800]")]["paper_error"] == 1.66
+    assert cell[(4, "B-EBP-P", "256")]["architecture"] == "block13"  # the header's "266" is a misprint
+    assert cell[(4, "R-EBP-D", "[361,100]")]["paper_error"] == 2.02
+
+
+def test_paper_tables_match_the_spec():
+    """Every number equals EBP_SPEC.md's (when the shared folder beside the repository is present)."""
+    spec = ROOT.parent / "shared" / "EBP_SPEC.md"
+    if not spec.exists():
+        pytest.skip(f"{spec} not present")
+    text = spec.read_text().split("## The paper's results")[1]
+    rows = rt.read_paper_tables()
+    for table in (2, 3, 4):
+        block = text.split(f"Table {table},")[1].split("Table")[0]
+        for label, numbers in re.findall(r"- ([BR]-EBP-[PD]) ([\d. |]+)", block):
+            expected = [float(v) for v in numbers.replace("|", " ").split()]
+            ours = [r["paper_error"] for r in rows if r["table"] == table and r["row"] == label]
+            assert ours == expected, (table, label)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Selecting rows and making jobs
+# ----------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def rows():
+    return rt.read_paper_tables()
+
+
+def test_select_by_table_column_weights_and_run_id(rows):
+    assert len(rt.select_rows(rows, tables=[2])) == 36
+    assert len(rt.select_rows(rows, tables=[2, 4])) == 64
+    assert {r["table"] for r in rt.select_rows(rows, columns=["200"])} == {2, 3}
+    two = rt.select_rows(rows, tables=[3], columns=["[800,800]"])
+    assert two == rt.select_rows(rows, tables=[3], columns=["800-800"]) and len(two) == 4
+    assert len(rt.select_rows(rows, tables=[4], weights=["real"])) == 14
+    by_id = rt.select_rows(rows, run_ids=["binary-200", "real-361-100", "real-800-dropout-sampled"])
+    assert sorted({r["run_id"] for r in by_id}) == ["binary-200", "real-361-100", "real-800-dropout"]
+    assert rt.select_rows(rows) == rows
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"tables": [5]}, "unknown table 5"), ({"columns": ["300"]}, "unknown column 300"),
+    ({"run_ids": ["binary-201"]}, "unknown run id binary-201"), ({"weights": ["ternary"]}, "unknown weight type"),
+])
+def test_unknown_selection_is_an_error(rows, kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        rt.select_rows(rows, **kwargs)
+
+
+def test_one_job_per_run_with_the_profile_and_the_dropout_reading(rows, tmp_path):
+    jobs = rt.make_jobs(rt.select_rows(rows, tables=[2, 3], columns=["400"]), "paper", "sampled", tmp_path)
+    assert [j["key"] for j in jobs] == ["binary-400", "real-400", "binary-400-dropout-sampled",
+                                        "real-400-dropout-sampled"]
+    assert jobs[0]["rows"] == ["Table 2 B-EBP-P 400", "Table 2 B-EBP-D 400"]
+    p = jobs[2]["parameters"]
+    assert (p["dropout"], p["keep"], p["epochs"], p["n_train"], p["batch_size"]) == ("sampled", 0.8, 120, None, 10)
+    assert jobs[0]["parameters"]["dropout"] is None
+    assert Path(jobs[0]["output_dir"]) == (tmp_path / "paper" / "binary-400").resolve()
+    assert (Path(jobs[0]["notebook"]).parent / p["output_dir"]).resolve() == Path(jobs[2]["output_dir"])
+    assert len(rt.make_jobs(rt.select_rows(rows, tables=[2]), "quick")) == 18
+
+
+def test_command_line_needs_a_selection_and_lists_states(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        rt.parse_args([])
+    assert rt.main(["--table", "4", "--weights", "binary", "--list", "--runs-dir", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == 7 and all(" new " in line for line in listed)
+    assert rt.main(["--column", "999", "--list"]) == 2
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The runner: kill mid-run, resume, skip, failures (executes the experiment notebook)
+# ----------------------------------------------------------------------------------------------------------
+
+def tiny_job(runs_dir, **changes):
+    row = rt.select_rows(rt.read_paper_tables(), tables=[2], columns=["200"], weights=["binary"])
+    return rt.make_jobs(row, {**TINY, **changes}, runs_dir=runs_dir)[0]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(real_data_dir):
+    """The tiny configuration trained in one go, in this process."""
+    data = ebp_lib.load_dataset("mnist", n_train=TINY["n_train"])
+    net = ebp_lib.init_network(ebp_lib.paper_architecture("200"), "binary", seed=0)
+    _, history = ebp_lib.fit(net, data, TINY["epochs"], TINY["batch_size"], seed=0)
+    return [{k: r[k] for k in RECORD_KEYS} for r in history]
+
+
+def _wait_for(condition, timeout, what):
+    end = time.time() + timeout
+    while time.time() < end:
+        if condition():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(tmp_path, uninterrupted):
+    """Kill the runner (SIGKILL: no clean-up) after epoch 1; its orphaned worker and kernel must stop; the
+    next batch resumes from the checkpoint (the history equals an uninterrupted run's bit for bit) next to a
+    failing run reported with its notebook; a third batch skips the finished run without executing it."""
+    job = tiny_job(tmp_path)
+    out = Path(job["output_dir"])
+    runner = subprocess.Popen(
+        [sys.executable, "-c", "import json, sys; sys.path.insert(0, 'scripts'); import run_tables as rt; "
+         "rt.run_batch([json.loads(sys.argv[1])], n_jobs=1, progress_every=1e9)", json.dumps(job)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: (rt.read_result(out) or {}).get("epochs_done", 0) >= 1, 90, "epoch 1")
+    finally:
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+    _wait_for(lambda: not rt.is_locked(out), 30, "the orphaned kernel to exit and release the run's lock")
+    state, done = rt.job_state(job)
+    killed_at = rt.read_result(out)["epochs_done"]
+    assert state == "partial" and 1 <= done < TINY["epochs"] and done == killed_at, (state, done, killed_at)
+
+    bad = tiny_job(tmp_path / "bad")
+    bad["key"], bad["parameters"]["weights"] = "binary-200-bad", "ternary"
+    failed, outcome = rt.run_batch([bad, job], n_jobs=1, echo=lambda *_: None)
+    assert outcome["status"] == "finished", outcome
+    result = rt.read_result(out)
+    assert [{k: r[k] for k in RECORD_KEYS} for r in result["history"]] == uninterrupted  # bit for bit
+    assert [s["from_epoch"] for s in result["sessions"]] == [0, done]  # resumed: finished epochs not redone
+    assert result["finished"] and result["protocol"] == "shortened" and result["git_commit"] is not None
+    assert not (out / rt.CHECKPOINT_FILE).exists() and (out / rt.CURVE_FILE).exists()
+
+    assert failed["status"] == "failed" and "weights='ternary'" in failed["error"]
+    assert Path(failed["notebook"]) == Path(bad["output_dir"]) / "experiment.ipynb"
+    assert Path(failed["notebook"]).exists()
+    report = rt.summary([bad, job], [failed, outcome])
+    assert "FAILED binary-200-bad" in report and failed["notebook"] in report
+
+    stamp = (out / "experiment.ipynb").stat().st_mtime_ns
+    [again] = rt.run_batch([job], n_jobs=1, echo=lambda *_: None)
+    assert again["status"] == "skipped" and (out / "experiment.ipynb").stat().st_mtime_ns == stamp
+    assert rt.job_state(tiny_job(tmp_path, epochs=4))[0] == "stale"  # another configuration is rerun
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading results back (notebooks/tables.ipynb)
+# ----------------------------------------------------------------------------------------------------------
+
+def fake_result(row_or_params, epochs_done, n, profile, final, epochs=None):
+    params = rt.validate_parameters({"architecture": row_or_params["architecture"],
+                                     "weights": row_or_params["weights"], "epochs": epochs or epochs_done,
+                                     "n_train": n})
+    return {"parameters": params, "protocol": rt.protocol_label(params), "finished": epochs is None,
+            "epochs_done": epochs_done, "n_train_images": n or 60000, "profile": profile,
+            "final": {"test_ebp_p": final, "test_ebp_d": final}}
+
+
+def test_the_most_complete_run_is_preferred(rows):
+    row = rt.select_rows(rows, run_ids=["real-400"])[0]
+    quick = fake_result(row, 3, 6000, "quick", 0.05)
+    partial_paper = fake_result(row, 2, None, "paper", 0.04, epochs=120)
+    paper = fake_result(row, 120, None, "paper", 0.02)
+    other = fake_result({"architecture": "400", "weights": "binary"}, 120, None, "paper", 0.5)
+    assert rt.best_results([row], [quick, other])["real-400"] is quick
+    assert rt.best_results([row], [quick, partial_paper])["real-400"] is partial_paper
+    assert rt.best_results([row], [paper, quick, partial_paper])["real-400"] is paper
+    assert rt.provenance(partial_paper) == "paper, 2/120 ep, 60k"
+
+
+def test_findings_on_the_papers_own_numbers_hold(rows):
+    """Fed the paper's numbers as 'ours', every finding holds and agrees; with nothing run, 'not yet run'."""
+    best = {r["run_id"]: {"final": {}} for r in rows}
+    for r in rows:
+        best[r["run_id"]]["final"][f"test_{r['output']}"] = r["paper_error"] / 100
+    verdicts = rt.check_findings(rows, best)
+    assert [v["verdict"] for v in verdicts] == ["agree"] * 4, verdicts
+    assert verdicts[1]["paper"] == "holds (32/36 comparisons)"
+    assert [v["verdict"] for v in rt.check_findings(rows, {})] == ["not yet run"] * 4
