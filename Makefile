@@ -1,0 +1,34 @@
+# The README's two commands. Both create the virtual environment .venv on first use and reinstall it
+# whenever requirements.txt changes (the stamp file below is older than requirements.txt).
+#   make demo   set up, then run the main job (scripts/demo.py)
+#   make test   set up, then run the whole test suite (pytest: tests/ and notebooks/ through nbval)
+
+# python3.11 if it runs, else python3.
+BOOTSTRAP_PYTHON := $(shell for p in python3.11 python3; do $$p -c 'import sys' >/dev/null 2>&1 && { echo $$p; break; }; done)
+VENV   := .venv
+PYTHON := $(VENV)/bin/python
+STAMP  := $(VENV)/.requirements-installed
+
+# One BLAS/OpenMP thread per process unless the caller says otherwise: on 2-core machines, threaded BLAS
+# inside the notebook kernels and the test process oversubscribes the cores and makes everything slower.
+THREADS_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} \
+               MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1}
+
+.PHONY: demo test venv clean-venv
+
+demo: $(STAMP)
+	$(PYTHON) scripts/demo.py
+
+test: $(STAMP)
+	$(THREADS_ENV) $(PYTHON) -m pytest $(PYTEST_ARGS)
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	@test -n "$(BOOTSTRAP_PYTHON)" || { echo "error: need python3.11 (or python3) on PATH" >&2; exit 1; }
+	test -x $(PYTHON) || $(BOOTSTRAP_PYTHON) -m venv $(VENV)
+	$(PYTHON) -m pip install -r requirements.txt
+	touch $(STAMP)
+
+clean-venv:
+	rm -rf $(VENV)
