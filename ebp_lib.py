@@ -816,38 +816,42 @@ def _update_refresh(h, m, a, nu, mask, binary):
         m = ⟨W⟩ (tanh h, or h for real weights; 0 where masked out).
 
     For real weights pass m = h. `mask` is (V, K), or (0, 0) for a dense layer; a and nu with 0 rows only
-    refresh the caches.
+    refresh the caches. Rows go in pairs, samples in pairs: each load of ν serves four multiply-adds.
     """
     units, width = h.shape
     batch = a.shape[0]
-    inc = np.empty(width, np.float32)
+    inc = np.empty((2, width), np.float32)
     masked = mask.shape[0] > 0
-    for i in range(units):
+    for i in range(0, units, 2):
+        rows = 2 if i + 1 < units else 1
+        k = i + rows - 1  # the second row (i itself for a last odd row: computed twice, used once)
         inc[:] = 0
-        s = 0
-        while s + 4 <= batch:  # four samples per sweep of the row: a quarter of the loads/stores of inc
-            a0, a1, a2, a3 = a[s, i], a[s + 1, i], a[s + 2, i], a[s + 3, i]
+        for s in range(0, batch - 1, 2):
+            a0, a1, b0, b1 = a[s, i], a[s + 1, i], a[s, k], a[s + 1, k]
             for j in range(width):
-                inc[j] += a0 * nu[s, j] + a1 * nu[s + 1, j] + a2 * nu[s + 2, j] + a3 * nu[s + 3, j]
-            s += 4
-        for s in range(s, batch):
-            a0 = a[s, i]
+                inc[0, j] += a0 * nu[s, j] + a1 * nu[s + 1, j]
+                inc[1, j] += b0 * nu[s, j] + b1 * nu[s + 1, j]
+        if batch % 2:
+            s = batch - 1
+            a0, b0 = a[s, i], a[s, k]
             for j in range(width):
-                inc[j] += a0 * nu[s, j]
-        if masked:
-            for j in range(width):
-                inc[j] *= mask[i, j]
-        if binary:
-            for j in range(width):
-                h_ij = h[i, j] + inc[j]
-                h[i, j] = h_ij
-                m_ij = _tanh32(h_ij)
-                if masked:
-                    m_ij *= mask[i, j]
-                m[i, j] = m_ij
-        else:
-            for j in range(width):
-                h[i, j] += inc[j]
+                inc[0, j] += a0 * nu[s, j]
+                inc[1, j] += b0 * nu[s, j]
+        for r in range(rows):
+            if masked:
+                for j in range(width):
+                    inc[r, j] *= mask[i + r, j]
+            if binary:
+                for j in range(width):
+                    h_ij = h[i + r, j] + inc[r, j]
+                    h[i + r, j] = h_ij
+                    m_ij = _tanh32(h_ij)
+                    if masked:
+                        m_ij *= mask[i + r, j]
+                    m[i + r, j] = m_ij
+            else:
+                for j in range(width):
+                    h[i + r, j] += inc[r, j]
 
 
 @numba.njit(fastmath=_FASTMATH, error_model="numpy", cache=True)
@@ -856,35 +860,30 @@ def _products(m, nu, w, mu, q):
 
         mu_si = Σ_j m_ij ν_sj,   q_si = Σ_j m_ij² w_sj,
 
-    m² formed on the fly (no ⟨W⟩² cache to write and read), four samples per sweep of a row.
+    m² formed on the fly (no ⟨W⟩² cache to write and read); a 2-row x 2-sample block per sweep (a last odd
+    row or sample is computed twice and stored once).
     """
     units, width = m.shape
     batch = nu.shape[0]
-    for i in range(units):
-        s = 0
-        while s + 4 <= batch:
-            a0 = a1 = a2 = a3 = c0 = c1 = c2 = c3 = np.float32(0)
+    for i in range(0, units, 2):
+        k = min(i + 1, units - 1)
+        for s in range(0, batch, 2):
+            t = min(s + 1, batch - 1)
+            a00 = a01 = a10 = a11 = c00 = c01 = c10 = c11 = np.float32(0)
             for j in range(width):
-                m_ij = m[i, j]
-                m2_ij = m_ij * m_ij
-                a0 += m_ij * nu[s, j]
-                a1 += m_ij * nu[s + 1, j]
-                a2 += m_ij * nu[s + 2, j]
-                a3 += m_ij * nu[s + 3, j]
-                c0 += m2_ij * w[s, j]
-                c1 += m2_ij * w[s + 1, j]
-                c2 += m2_ij * w[s + 2, j]
-                c3 += m2_ij * w[s + 3, j]
-            mu[s, i], mu[s + 1, i], mu[s + 2, i], mu[s + 3, i] = a0, a1, a2, a3
-            q[s, i], q[s + 1, i], q[s + 2, i], q[s + 3, i] = c0, c1, c2, c3
-            s += 4
-        for s in range(s, batch):
-            a0 = c0 = np.float32(0)
-            for j in range(width):
-                m_ij = m[i, j]
-                a0 += m_ij * nu[s, j]
-                c0 += m_ij * m_ij * w[s, j]
-            mu[s, i], q[s, i] = a0, c0
+                m0, m1 = m[i, j], m[k, j]
+                n0, n1, w0, w1 = nu[s, j], nu[t, j], w[s, j], w[t, j]
+                a00 += m0 * n0
+                a01 += m0 * n1
+                a10 += m1 * n0
+                a11 += m1 * n1
+                m0, m1 = m0 * m0, m1 * m1
+                c00 += m0 * w0
+                c01 += m0 * w1
+                c10 += m1 * w0
+                c11 += m1 * w1
+            mu[t, i], mu[t, k], q[t, i], q[t, k] = a01, a11, c01, c11
+            mu[s, i], mu[s, k], q[s, i], q[s, k] = a00, a10, c00, c10
 
 
 @dataclass
