@@ -892,8 +892,8 @@ class _FastLayer:
     h: np.ndarray
     b: np.ndarray
     m: np.ndarray
-    mask: np.ndarray | None
-    fan_in: np.ndarray
+    mask: np.ndarray  # (V, K) 0/1, or (0, 0) for a dense layer (the kernels' convention)
+    n: np.ndarray
     inv_sqrt_n: np.ndarray
 
 
@@ -902,17 +902,16 @@ def _fast_layers(net: Network) -> list[_FastLayer]:
     out = []
     for layer in net.layers:
         h = np.array(layer.h, dtype=FAST_DTYPE, order="C")
-        mask = None if layer.mask is None else layer.mask.astype(FAST_DTYPE)
+        mask = np.zeros((0, 0), FAST_DTYPE) if layer.mask is None else layer.mask.astype(FAST_DTYPE)
         fl = _FastLayer(h, layer.b.astype(FAST_DTYPE), h if net.weights == "real" else np.empty_like(h), mask,
-                        (layer.n - 1).astype(FAST_DTYPE), (1.0 / np.sqrt(layer.n)).astype(FAST_DTYPE))
+                        layer.n.astype(FAST_DTYPE), (1.0 / np.sqrt(layer.n)).astype(FAST_DTYPE))
         _refresh(fl, net.weights, np.zeros((0, h.shape[0]), FAST_DTYPE), np.zeros((0, h.shape[1]), FAST_DTYPE))
         out.append(fl)
     return out
 
 
 def _refresh(fl: _FastLayer, weights: str, a, nu) -> None:
-    _update_refresh(fl.h, fl.m, a, nu,
-                    fl.mask if fl.mask is not None else np.zeros((0, 0), FAST_DTYPE), weights == "binary")
+    _update_refresh(fl.h, fl.m, a, nu, fl.mask, weights == "binary")
 
 
 def _fast_forward(net: Network, layers: list[_FastLayer], x, rng):
@@ -934,18 +933,19 @@ def _fast_forward(net: Network, layers: list[_FastLayer], x, rng):
             v2 = mask if v2 is None else v2 * mask
             nu2 = nu * nu
         if v2 is None:  # ±1 hidden units: ⟨v²⟩ = 1
-            second, w = fl.fan_in + 1.0, (nu2 if net.weights == "binary" else nu2 - 1.0)
+            second, w = fl.n, (nu2 if net.weights == "binary" else nu2 - 1.0)
         else:
-            second = (v2 @ fl.mask.T if fl.mask is not None else v2.sum(axis=1, keepdims=True)) + 1.0
+            second = (v2 @ fl.mask.T if fl.mask.size else v2.sum(axis=1, keepdims=True)) + 1.0
             w = nu2 if net.weights == "binary" else (None if v2 is nu2 else nu2 - v2)  # None: q = 0
         if w is None:
-            mu, q = nu @ fl.m.T, 0.0
+            mu = nu @ fl.m.T
+            sigma2 = np.broadcast_to(second / fl.n, mu.shape)
         else:
             mu, q = np.empty((len(nu), len(fl.h)), FAST_DTYPE), np.empty((len(nu), len(fl.h)), FAST_DTYPE)
             _products(fl.m, nu, w, mu, q)
+            sigma2 = (second - q) / fl.n
         mu += fl.b
         mu *= fl.inv_sqrt_n
-        sigma2 = np.broadcast_to((second - q) / (fl.fan_in + 1.0), mu.shape)
         inputs.append(nu)
         mus.append(mu)
         sigma2s.append(sigma2)
@@ -967,7 +967,7 @@ def _fast_deltas(layers: list[_FastLayer], mus, sigma2s, masks, y, step) -> list
             delta *= masks[k]
         deltas.insert(0, delta)
     for k, delta in enumerate(deltas):
-        if not np.all(np.isfinite(delta)):
+        if not np.isfinite(delta).all():
             where = f" at step {step}" if step is not None else ""
             raise FloatingPointError(
                 f"non-finite Δ in layer {k + 1}{where}: the posterior of some layer holds NaN/inf "
