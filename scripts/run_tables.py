@@ -504,13 +504,16 @@ def _relative_papermill_paths(executed: Path, root: Path) -> None:
 
 
 def _worker_init() -> None:
-    """Local worker processes: one BLAS thread; Ctrl-C is handled by the runner; exit if the runner dies
-    (the notebook kernel then exits too: ipykernel watches its parent), so no orphan keeps training."""
+    """Local worker processes: one BLAS thread; Ctrl-C is handled by the runner; the kernels' stderr (log noise
+    such as "kernel running over TCP") is discarded; exit if the runner dies (the notebook kernel then exits
+    too: ipykernel watches its parent), so no orphan keeps training."""
     import threading
 
     for var in THREAD_VARS:
         os.environ[var] = "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # the kernels' log noise; failures come back through the outcome and the notebook
     parent = os.getppid()
 
     def watch():
@@ -639,9 +642,6 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         while queue or running:
-            while queue and len(running) < window:
-                job = queue.pop(0)
-                running[submit(job)] = job
             changed = False
             for future in [f for f in running if f.done()]:
                 job = running.pop(future)
@@ -654,6 +654,9 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
                 changed = True
                 echo(f"  {job['key']}: {outcome['status']}"
                      + (f" ({outcome['error']})" if outcome["status"] == "failed" else ""))
+            while queue and len(running) < window:
+                job = queue.pop(0)
+                running[submit(job)] = job
             if changed or time.time() - last >= progress_every:
                 echo(_status_line(start, todo, outcomes, list(running.values()), window))
                 last = time.time()
@@ -874,8 +877,16 @@ def plot_learning_curves(ax, rows: list[dict], best: dict, table: int, weights: 
         ax.plot(epochs, [100 * h["test_ebp_d"] for h in result["history"]], "--", color=color)
     ax.set(xlabel="epoch", ylabel="test error (%)",
            title=f"Table {table}, {weights} ({', '.join(sorted(profiles)) or 'not yet run'})")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     if profiles:
+        from matplotlib.ticker import FormatStrFormatter
+
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))  # 20, 30, 40 rather than 2 × 10¹
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
         ax.legend(fontsize=7, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "not yet run", ha="center", va="center", transform=ax.transAxes, color="grey")
 
 
 # ----------------------------------------------------------------------------------------------------------
