@@ -755,11 +755,12 @@ def increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.nda
 # The functions above are the reference: float64, written like the spec. The reference spends its time
 # recomputing ⟨W⟩ = tanh h and ⟨W²⟩ of every weight at every step (weight_moments) and in the increment matrix
 # (increments); see outputs/BENCHMARK.md. The fast engine, for the length of one train_epoch call, works on a
-# float32 copy of the network that also holds ⟨W⟩ and ⟨W⟩² of every weight; after each step one numba pass per
-# layer adds the minibatch increment to h and refreshes those caches (replacing `update` and the next step's
-# `weight_moments`), and the products are float32 BLAS on one thread. At the end of the call (also when a
-# non-finite Δ stops it) h and b are written back into the network, rounded to float32 whatever the network's
-# dtype: every epoch starts from the network alone, so checkpoint/resume stays bit-identical. It draws the same
+# float32 copy of the network that also holds ⟨W⟩ of every weight; after each step one numba pass per layer adds
+# the minibatch increment to h and refreshes ⟨W⟩ (replacing `update` and the next step's `weight_moments`), and
+# one numba pass per layer forms both products of `layer_moments`; the backward products are float32 BLAS on one
+# thread. At the end of the call (also when a non-finite Δ stops it after the first step) h and b are written back
+# into the network, rounded to float32 whatever the network's dtype: every epoch starts from the network alone,
+# so checkpoint/resume stays bit-identical. It draws the same
 # random numbers as the reference, so sampled-dropout runs see the same masks. tests/test_fast.py checks it
 # against the reference; scripts/benchmark.py times both.
 
