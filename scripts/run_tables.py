@@ -695,15 +695,54 @@ def summary(jobs: list[dict], outcomes: list[dict]) -> str:
 # Reading results back (notebooks/tables.ipynb)
 # ----------------------------------------------------------------------------------------------------------
 
-def load_results(runs_dir=RUNS_DIR) -> list[dict]:
+def _committed_results(runs_dir) -> dict[str, str]:
+    """{path relative to runs_dir: text} of every result.json committed under runs_dir (HEAD's version)."""
+    runs_dir = Path(runs_dir).resolve()
+    top = subprocess.run(["git", "-C", str(runs_dir), "rev-parse", "--show-toplevel"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    prefix = runs_dir.relative_to(Path(top).resolve()).as_posix()
+    listing = subprocess.run(["git", "-C", top, "ls-tree", "-r", "HEAD", "--", prefix], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    blobs = {line.split("\t", 1)[1]: line.split()[2] for line in listing
+             if line.endswith("/" + RESULT_FILE) and line.split("\t", 1)[1].count("/") == prefix.count("/") + 3}
+    if not blobs:
+        return {}
+    data = subprocess.run(["git", "-C", top, "cat-file", "--batch"], capture_output=True, check=True,
+                          input=("\n".join(blobs.values()) + "\n").encode()).stdout
+    out, pos = {}, 0
+    for path in blobs:  # each object comes back as "<sha> blob <size>\n<contents>\n", in the order asked
+        header_end = data.index(b"\n", pos)
+        size = int(data[pos:header_end].split()[2])
+        out[Path(path).relative_to(prefix).as_posix()] = data[header_end + 1:header_end + 1 + size].decode()
+        pos = header_end + 1 + size + 1
+    return out
+
+
+def load_results(runs_dir=RUNS_DIR, committed_only: bool = False) -> list[dict]:
     """Every result.json under runs_dir (finished or not), sorted by path, each with its `profile` (the
-    folder above the run's) and `run_dir` (relative to runs_dir) added."""
+    folder above the run's) and `run_dir` (relative to runs_dir) added.
+
+    committed_only: read the versions committed to git (HEAD) instead of the files on disk, so runs in
+    progress in the working tree do not change what a committed, CI-checked notebook shows.
+    """
+    texts = None
+    if committed_only:
+        try:
+            texts = _committed_results(runs_dir)
+        except (OSError, subprocess.CalledProcessError):  # not a git checkout (e.g. an archive): read the disk
+            texts = None
+    if texts is None:
+        texts = {path.relative_to(runs_dir).as_posix(): path.read_text()
+                 for path in Path(runs_dir).glob(f"*/*/{RESULT_FILE}")}
     out = []
-    for path in sorted(Path(runs_dir).glob(f"*/*/{RESULT_FILE}")):
-        result = read_result(path.parent)
-        if result and result.get("epochs_done"):
-            result["profile"] = path.parent.parent.name
-            result["run_dir"] = path.parent.relative_to(runs_dir).as_posix()
+    for relative in sorted(texts):
+        try:
+            result = json.loads(texts[relative])
+        except ValueError:
+            continue
+        if result.get("epochs_done"):
+            profile, run = relative.split("/")[:2]
+            result["profile"], result["run_dir"] = profile, f"{profile}/{run}"
             out.append(result)
     return out
 

@@ -276,3 +276,25 @@ def test_findings_on_the_papers_own_numbers_hold(rows):
     assert [v["verdict"] for v in verdicts] == ["agree"] * 4, verdicts
     assert verdicts[1]["paper"] == "holds (32/36 comparisons)"
     assert [v["verdict"] for v in rt.check_findings(rows, {})] == ["not yet run"] * 4
+
+
+def test_committed_only_reads_what_git_holds(tmp_path, rows):
+    """Runs in progress in the working tree do not change what the committed tables notebook reads."""
+    row = rt.select_rows(rows, run_ids=["real-400"])[0]
+    runs = tmp_path / "outputs" / "runs"
+    committed = runs / "quick" / "real-400" / rt.RESULT_FILE
+    committed.parent.mkdir(parents=True)
+    committed.write_text(json.dumps(fake_result(row, 3, 6000, "quick", 0.05)))
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "results"], check=True)
+    in_progress = runs / "paper" / "real-400" / rt.RESULT_FILE
+    in_progress.parent.mkdir(parents=True)
+    in_progress.write_text(json.dumps(fake_result(row, 2, None, "paper", 0.04, epochs=120)))
+    committed.write_text(json.dumps(fake_result(row, 3, 6000, "quick", 0.07)))  # changed, not committed
+    head = rt.load_results(runs, committed_only=True)
+    assert [(r["run_dir"], r["final"]["test_ebp_p"]) for r in head] == [("quick/real-400", 0.05)]
+    disk = rt.load_results(runs)
+    assert [(r["run_dir"], r["final"]["test_ebp_p"]) for r in disk] == [("paper/real-400", 0.04),
+                                                                       ("quick/real-400", 0.07)]
