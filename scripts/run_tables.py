@@ -963,7 +963,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="folder holding mnist/ (sets EBP_DATA_DIR for the notebooks)")
     parser.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
                         help="print a progress line at least this often (default 30)")
-    parser.add_argument("--list", action="store_true", help="list the selected runs and their state; run nothing")
+    parser.add_argument("--list", action="store_true",
+                        help="list the selected runs and their state (new, partial, running, finished, stale) and "
+                             "epochs done; run nothing")
     args = parser.parse_args(argv)
     if not (args.all or args.table or args.column or args.run_ids or args.weights):
         parser.error("choose what to run: --all, --table, --column, --weights and/or run ids")
@@ -988,6 +990,7 @@ def main(argv=None) -> int:
     if args.list:
         for job in jobs:
             state, epochs = job_state(job)
+            state = "running" if state != "finished" and is_locked(job["output_dir"]) else state
             print(f"{job['key']:<32} {state:<8} {epochs:>3}/{job['parameters']['epochs']} epochs  "
                   f"{'; '.join(job['rows'])}")
         return 0
