@@ -711,11 +711,13 @@ def log_likelihood_from(net: Network, fwd: Pass, y: np.ndarray, k: int, mu: np.n
                         m: np.ndarray | None = None) -> float:
     """Σ_i ln Φ(y_i μ_{i,L}/σ_{i,L}) as a function of layer k's μ (or of its ⟨W⟩ = m), every σ held at the
     values of the forward pass `fwd` (spec §Backward pass): the function whose derivatives Δ and the h
-    increments are. Layers are numbered from 0."""
+    increments are. Layers are numbered from 0. Sampled dropout masks of `fwd` are applied as in forward."""
     if m is not None:
         mu = (fwd.inputs[k] @ m.T + net.layers[k].b) / np.sqrt(net.layers[k].n)
     for j in range(k + 1, len(net.layers)):
         nu = unit_mean(mu, fwd.sigma2[j - 1])
+        if fwd.masks[j] is not None:
+            nu = nu * fwd.masks[j]
         mu = (nu @ fwd.m[j].T + net.layers[j].b) / np.sqrt(net.layers[j].n)
     return float(np.sum(special.log_ndtr(y * mu / np.sqrt(fwd.sigma2[-1]))))
 
@@ -1127,18 +1129,6 @@ def monte_carlo_layer_inputs(layer: Layer, weights: str, v: np.ndarray, rng) -> 
         total2 += (u * u).sum(axis=0)
     mean = total / len(v)
     return mean, total2 / len(v) - mean * mean
-
-
-def log_likelihood_masked(net: Network, fwd: Pass, y: np.ndarray, k: int, mu: np.ndarray) -> float:
-    """log_likelihood_from for a forward pass with sampled dropout: every layer j > k sees the masked means
-    mask_j · ν_{j−1} with the masks of `fwd`, as the forward pass did (notebook 07). log_likelihood_from
-    applies no masks above layer k, so with sampled dropout its derivatives are not the Δ of `backward`."""
-    for j in range(k + 1, len(net.layers)):
-        nu = unit_mean(mu, fwd.sigma2[j - 1])
-        if fwd.masks[j] is not None:
-            nu = nu * fwd.masks[j]
-        mu = (nu @ fwd.m[j].T + net.layers[j].b) / np.sqrt(net.layers[j].n)
-    return float(np.sum(special.log_ndtr(y * mu / np.sqrt(fwd.sigma2[-1]))))
 
 
 def receptive_field(net: Network, layer_index: int, unit: int) -> np.ndarray:

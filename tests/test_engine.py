@@ -49,28 +49,17 @@ def test_unit_mean_matches_sign_average_for_large_fan_in(weights):
 
 # --- backward pass: Δ and the h increments are derivatives of Σ ln Φ(y μ_L/σ_L), σ fixed ------------------
 
-def finite_difference(f, z, eps=1e-6):
-    grad = np.zeros_like(z)
-    for idx in np.ndindex(z.shape):
-        up, down = z.copy(), z.copy()
-        up[idx] += eps
-        down[idx] -= eps
-        grad[idx] = (f(up) - f(down)) / (2 * eps)
-    return grad
-
-
 def delta_errors(net, x, y, deltas_fn):
     fwd = ebp.forward(net, x)
-    deltas = deltas_fn(net, fwd, y)
-    return [np.abs(finite_difference(lambda mu: ebp.log_likelihood_from(net, fwd, y, k, mu=mu), fwd.mu[k])
-                   - deltas[k]).max() for k in range(len(net.layers))]
+    return [np.abs(numeric - analytic).max()
+            for numeric, analytic in zip(ebp.numerical_deltas(net, fwd, y, eps=1e-6), deltas_fn(net, fwd, y))]
 
 
 def increment_errors(net, x, y, increments_fn):
     fwd = ebp.forward(net, x)
     incs = increments_fn(net, fwd, ebp.backward(net, fwd, y))
-    return [np.abs(finite_difference(lambda m: ebp.log_likelihood_from(net, fwd, y, k, m=m), fwd.m[k])
-                   - incs[k]).max() for k in range(len(net.layers))]
+    return [np.abs(numeric - analytic).max()
+            for numeric, analytic in zip(ebp.numerical_increments(net, fwd, y, eps=1e-6), incs)]
 
 
 @pytest.mark.parametrize("weights", WEIGHTS)
@@ -288,3 +277,13 @@ def test_one_epoch_on_mnist_learns(mnist):
     r = ebp.evaluate(real, mnist.x_test, mnist.labels_test)
     assert b["ebp_p"] < 0.08 and b["ebp_d"] < 0.12, b
     assert r["ebp_p"] <= b["ebp_p"], (r, b)
+
+
+def test_delta_is_the_derivative_under_sampled_dropout():
+    net = small_net("binary", dropout="sampled", keep=0.7)
+    x, y = batch(net, n=4)
+    fwd = ebp.forward(net, x, train=True, rng=np.random.default_rng(0))
+    assert any(mask is not None and not mask.all() for mask in fwd.masks[1:])  # some hidden unit dropped
+    errors = [np.abs(numeric - analytic).max()
+              for numeric, analytic in zip(ebp.numerical_deltas(net, fwd, y, eps=1e-6), ebp.backward(net, fwd, y))]
+    assert max(errors) < 1e-7, errors
