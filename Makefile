@@ -1,7 +1,10 @@
 # The README's two commands. Both create the virtual environment .venv on first use and reinstall it
 # whenever requirements.txt changes (the stamp file below is older than requirements.txt).
-#   make demo   set up, then run the main job (scripts/demo.py)
-#   make test   set up, then run the whole test suite (pytest: tests/ and notebooks/ through nbval)
+#   make reproduce   set up, then run the main job: regenerate Tables 2-4 (quick profile; PROFILE=paper for the
+#                    paper's protocol) with scripts/run_tables.py, skipping finished runs, and render them in
+#                    notebooks/tables.ipynb
+#   make test        set up, then run the whole test suite (pytest: tests/ and notebooks/ through nbval)
+# Also: make demo (one short training run), make benchmark (fast engine against the reference).
 
 # python3.11 if it runs, else python3.
 BOOTSTRAP_PYTHON := $(shell for p in python3.11 python3; do $$p -c 'import sys' >/dev/null 2>&1 && { echo $$p; break; }; done)
@@ -14,10 +17,20 @@ STAMP  := $(VENV)/.requirements-installed
 THREADS_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} \
                MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1}
 
-.PHONY: demo test venv clean-venv
+PROFILE ?= quick
+
+.PHONY: reproduce demo benchmark test venv clean-venv
+
+reproduce: $(STAMP)
+	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) $(RUN_ARGS)
+	$(THREADS_ENV) $(PYTHON) -m papermill notebooks/tables.ipynb notebooks/tables.ipynb --cwd notebooks \
+		-p committed_only False
 
 demo: $(STAMP)
-	$(PYTHON) scripts/demo.py
+	$(THREADS_ENV) $(PYTHON) scripts/demo.py
+
+benchmark: $(STAMP)
+	$(THREADS_ENV) $(PYTHON) scripts/benchmark.py
 
 # Serial by default. `make test PYTEST_ARGS="-n 2 --dist loadfile"` runs two pytest-xdist workers (loadfile keeps
 # each notebook's cells on one worker and kernel; plain -n 2 would split a notebook across workers). Measured on
