@@ -468,6 +468,13 @@ def run_job(job: dict) -> dict:
     executed = out / "experiment.ipynb"
     start = time.time()
     outcome = {"key": job["key"], "notebook": str(executed), "host": socket.gethostname()}
+    # Look again now: another runner may have finished or started this run since the batch was planned (a
+    # finished run has no checkpoint, so executing it again would retrain it from scratch over its result).
+    state, epochs = job_state(job)
+    if state == "finished":
+        return {**outcome, "status": "skipped", "epochs": epochs, "final": read_result(out)["final"]}
+    if is_locked(out):
+        return {**outcome, "status": "busy", "error": "another process is training this run now"}
     try:
         papermill.execute_notebook(job["notebook"], str(executed), parameters=job["parameters"],
                                    kernel_name="python3", cwd=str(Path(job["notebook"]).parent),

@@ -298,3 +298,18 @@ def test_committed_only_reads_what_git_holds(tmp_path, rows):
     disk = rt.load_results(runs)
     assert [(r["run_dir"], r["final"]["test_ebp_p"]) for r in disk] == [("paper/real-400", 0.04),
                                                                        ("quick/real-400", 0.07)]
+
+
+def test_a_run_finished_by_another_runner_meanwhile_is_not_retrained(tmp_path):
+    """Two runners with overlapping selections: when the second reaches a run the first has finished since
+    the batch was planned, it skips it instead of training it again over the finished result."""
+    job = tiny_job(tmp_path)
+    out = Path(job["output_dir"])
+    out.mkdir(parents=True)
+    result = fake_result(job["parameters"], TINY["epochs"], TINY["n_train"], "tiny", 0.1)
+    result["parameters"] = job["parameters"]
+    (out / "result.json").write_text(json.dumps(result))
+    outcome = rt.run_job(job)
+    assert outcome["status"] == "skipped"
+    assert not (out / "experiment.ipynb").exists()  # the notebook was not executed
+    assert json.loads((out / "result.json").read_text()) == result
