@@ -722,14 +722,31 @@ def log_likelihood_from(net: Network, fwd: Pass, y: np.ndarray, k: int, mu: np.n
     return float(np.sum(special.log_ndtr(y * mu / np.sqrt(fwd.sigma2[-1]))))
 
 
+def algorithm1_variant(net: Network, fwd: Pass, y: np.ndarray, factor_two: bool = True, use_nu: bool = True,
+                       bias_in_normaliser: bool = True) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Δ and h increments of Algorithm 1 with each of the paper's three misprints switched on or off
+    (spec §Where the paper's Algorithm 1 differs), on top of the forward pass `fwd`:
+      factor_two=False          drops the 2 of dν/dμ = 2N(0|μ,σ²) in the hidden Δ;
+      use_nu=False              multiplies the h increment by μ_{j,l−1} instead of ν_{j,l−1} (x at layer 1);
+      bias_in_normaliser=False  divides by sqrt(K) instead of sqrt(N) = sqrt(K + 1) in the backward pass.
+    All True is ebp_lib's backward/increments; all False is paper_printed_deltas/increments. Fully connected
+    networks without dropout masks only."""
+    norm = [np.sqrt(layer.n if bias_in_normaliser else layer.n - 1) for layer in net.layers]
+    deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
+    for k in range(len(net.layers) - 1, 0, -1):
+        slope = (2.0 if factor_two else 1.0) * gaussian_at_zero(fwd.mu[k - 1], fwd.sigma2[k - 1])
+        deltas.insert(0, slope * ((deltas[0] / norm[k]) @ fwd.m[k]))
+    incs = []
+    for k, delta in enumerate(deltas):
+        prev = fwd.inputs[k] if (use_nu or k == 0) else fwd.mu[k - 1]
+        incs.append((delta / norm[k]).T @ prev)
+    return deltas, incs
+
+
 def paper_printed_deltas(net: Network, fwd: Pass, y: np.ndarray) -> list[np.ndarray]:
     """Δ as the paper's Algorithm 1 prints it: no factor 2 in the hidden Δ, sqrt(K) in place of sqrt(K+1).
     Kept only to show (tests, notebook 03) that it fails the finite-difference check."""
-    deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
-    for k in range(len(net.layers) - 1, 0, -1):
-        back = (deltas[0] / np.sqrt(net.layers[k].n - 1)) @ fwd.m[k]
-        deltas.insert(0, gaussian_at_zero(fwd.mu[k - 1], fwd.sigma2[k - 1]) * back)
-    return deltas
+    return algorithm1_variant(net, fwd, y, factor_two=False, use_nu=False, bias_in_normaliser=False)[0]
 
 
 def paper_printed_increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.ndarray]:
@@ -1187,27 +1204,6 @@ def numerical_increments(net: Network, fwd: Pass, y: np.ndarray, eps: float = 1e
     σ held fixed. For small networks only."""
     return [_central_difference(lambda m: log_likelihood_from(net, fwd, y, k, m=m), fwd.m[k], eps)
             for k in range(len(net.layers))]
-
-
-def algorithm1_variant(net: Network, fwd: Pass, y: np.ndarray, factor_two: bool = True, use_nu: bool = True,
-                       bias_in_normaliser: bool = True) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Δ and h increments of Algorithm 1 with each of the paper's three misprints switched on or off
-    (spec §Where the paper's Algorithm 1 differs), on top of the forward pass `fwd`:
-      factor_two=False          drops the 2 of dν/dμ = 2N(0|μ,σ²) in the hidden Δ;
-      use_nu=False              multiplies the h increment by μ_{j,l−1} instead of ν_{j,l−1} (x at layer 1);
-      bias_in_normaliser=False  divides by sqrt(K) instead of sqrt(N) = sqrt(K + 1) in the backward pass.
-    All True is ebp_lib's backward/increments; all False is paper_printed_deltas/increments. Fully connected
-    networks without dropout masks only."""
-    norm = [np.sqrt(layer.n if bias_in_normaliser else layer.n - 1) for layer in net.layers]
-    deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
-    for k in range(len(net.layers) - 1, 0, -1):
-        slope = (2.0 if factor_two else 1.0) * gaussian_at_zero(fwd.mu[k - 1], fwd.sigma2[k - 1])
-        deltas.insert(0, slope * ((deltas[0] / norm[k]) @ fwd.m[k]))
-    incs = []
-    for k, delta in enumerate(deltas):
-        prev = fwd.inputs[k] if (use_nu or k == 0) else fwd.mu[k - 1]
-        incs.append((delta / norm[k]).T @ prev)
-    return deltas, incs
 
 
 def monte_carlo_with_errors(layer: Layer, weights: str, nu_prev: np.ndarray, rng, n_samples: int = 20000,
