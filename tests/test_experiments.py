@@ -26,6 +26,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import run_tables as rt  # noqa: E402
 
 TINY = {"name": "tiny", "epochs": 3, "n_train": 300, "batch_size": 10, "seed": 0}
+# The kill test's run must outlive the ~2 s an orphaned worker and kernel may keep training after the runner is
+# killed (each polls its parent once a second); a tiny epoch takes a fraction of a second on an idle machine.
+KILL_EPOCHS = 30
 RECORD_KEYS = ("epoch", "test_ebp_p", "test_ebp_d", "train_ebp_p", "train_ebp_d")  # all but timings
 
 
@@ -187,7 +190,7 @@ def uninterrupted(real_data_dir):
     """The tiny configuration trained in one go, in this process."""
     data = ebp_lib.load_dataset("mnist", n_train=TINY["n_train"])
     net = ebp_lib.init_network(ebp_lib.paper_architecture("200"), "binary", seed=0)
-    _, history = ebp_lib.fit(net, data, TINY["epochs"], TINY["batch_size"], seed=0)
+    _, history = ebp_lib.fit(net, data, KILL_EPOCHS, TINY["batch_size"], seed=0)
     return [{k: r[k] for k in RECORD_KEYS} for r in history]
 
 
@@ -204,7 +207,7 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
     """Kill the runner (SIGKILL: no clean-up) after epoch 1; its orphaned worker and kernel must stop; the
     next batch resumes from the checkpoint (the history equals an uninterrupted run's bit for bit) next to a
     failing run reported with its notebook; a third batch skips the finished run without executing it."""
-    job = tiny_job(tmp_path)
+    job = tiny_job(tmp_path, epochs=KILL_EPOCHS)
     out = Path(job["output_dir"])
     runner = subprocess.Popen(
         [sys.executable, "-c", "import json, sys; sys.path.insert(0, 'scripts'); import run_tables as rt; "
@@ -218,9 +221,9 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
     _wait_for(lambda: not rt.is_locked(out), 30, "the orphaned kernel to exit and release the run's lock")
     state, done = rt.job_state(job)
     killed_at = rt.read_result(out)["epochs_done"]
-    assert state == "partial" and 1 <= done < TINY["epochs"] and done == killed_at, (state, done, killed_at)
+    assert state == "partial" and 1 <= done < KILL_EPOCHS and done == killed_at, (state, done, killed_at)
 
-    bad = tiny_job(tmp_path / "bad")
+    bad = tiny_job(tmp_path / "bad", epochs=KILL_EPOCHS)
     bad["key"], bad["parameters"]["weights"] = "binary-200-bad", "ternary"
     failed, outcome = rt.run_batch([bad, job], n_jobs=1, echo=lambda *_: None)
     assert outcome["status"] == "finished", outcome
