@@ -769,35 +769,43 @@ def increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.nda
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Fast path (engine="fast"): the same equations in float32, ⟨W⟩ cached, update and refresh fused
+# Fast path (engine="fast"): the same equations in float32, one compiled loop per epoch
 # ----------------------------------------------------------------------------------------------------------
 # The functions above are the reference: float64, written like the spec. The reference spends its time
 # recomputing ⟨W⟩ = tanh h and ⟨W²⟩ of every weight at every step (weight_moments) and in the increment matrix
-# (increments); see outputs/BENCHMARK.md. The fast engine, for the length of one train_epoch call, works on a
-# float32 copy of the network that also holds ⟨W⟩ of every weight; after each step one numba pass per layer adds
-# the minibatch increment to h and refreshes ⟨W⟩ (replacing `update` and the next step's `weight_moments`), and
-# one numba pass per layer forms both products of `layer_moments`; the backward products are float32 BLAS on one
-# thread. At the end of the call (also when a non-finite Δ stops it after the first step) h and b are written back
-# into the network, rounded to float32 whatever the network's dtype: every epoch starts from the network alone,
-# so checkpoint/resume stays bit-identical. It draws the same
-# random numbers as the reference, so sampled-dropout runs see the same masks. tests/test_fast.py checks it
-# against the reference; scripts/benchmark.py times both.
+# (increments); see outputs/BENCHMARK.md. The fast engine runs a whole train_epoch call in one numba function
+# (_train_steps) on a float32 copy of h and b, so no Python runs between steps. Its one idea beyond the
+# reference: the forward pass of step t+1 only needs layer l's updated weights and layer l−1's new outputs, so
+# each layer's update at step t is fused with its products for step t+1 (_layer_pass) and every weight is read
+# and written once per step; ⟨W⟩ is refreshed with a vectorising rational tanh and stored only for the layers
+# whose ⟨W⟩ the backward pass needs. Δ_L is computed in float64 (as output_delta does, through erfcx). At the
+# end of the call (also when a non-finite Δ stops it) h and b are written back into the network, rounded to
+# float32 whatever its dtype: every epoch starts from the network alone, so checkpoint/resume stays
+# bit-identical. It draws the same random numbers as the reference in the same order (numba draws from the
+# numpy Generator itself), so sampled-dropout runs see the same masks. tests/test_fast.py checks it against
+# the reference; scripts/benchmark.py times both.
+
+import math
 
 import numba
+from numba.typed import List
 from threadpoolctl import ThreadpoolController
 
 FAST_DTYPE = np.float32
 FAST_BLAS_THREADS = 1   # one BLAS thread per process: on 2-core machines threaded BLAS beside another job is slower
 ENGINES = ("fast", "reference")
-# fastmath without 'nnan'/'ninf': lets LLVM vectorise and reassociate, but a NaN/inf h still gives a NaN ⟨W⟩,
-# hence a non-finite Δ and the reference's error.
+# fastmath without 'nnan'/'ninf': lets LLVM vectorise and reassociate, but a NaN or inf in h still gives NaN (each
+# row of h is checked once per step, see _tanh32), hence a non-finite Δ and the reference's error.
 _FASTMATH = {"contract", "arcp", "reassoc", "nsz", "afn"}
+_JIT = dict(fastmath=_FASTMATH, error_model="numpy", cache=True)
+_LOG_SQRT_2_OVER_PI = 0.5 * math.log(2.0 / math.pi)
+_DROPOUT_CODES = {None: 0, "analytic": 1, "sampled": 2}
 _blas = None
 
 
 def _check_engine(engine) -> None:
     if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose 'fast' (float32, cached ⟨W⟩) or 'reference'")
+        raise ValueError(f"unknown engine {engine!r}; choose 'fast' (float32, compiled epoch) or 'reference'")
 
 
 def _blas_one_thread():
@@ -808,10 +816,11 @@ def _blas_one_thread():
     return _blas.limit(limits=FAST_BLAS_THREADS, user_api="blas")
 
 
-@numba.njit(fastmath=_FASTMATH, error_model="numpy", cache=True)
+@numba.njit(**_JIT)
 def _tanh32(x):
     """tanh in float32 as a rational function of x (Eigen's fast tanh, error a few float32 ulp, |x| clamped at
-    7.9 where it is 1 to float32 precision). Unlike np.tanh it vectorises: replaces np.tanh in weight_moments."""
+    7.9 where it is 1 to float32 precision). Unlike np.tanh it vectorises. The clamp maps NaN to a number, so the
+    callers check each row of h (its sum) for NaN/inf instead of paying a select per weight."""
     c = np.float32(7.90531110763549805)
     z = min(max(x, -c), c)
     z2 = z * z
@@ -824,216 +833,322 @@ def _tanh32(x):
     q = z2 * np.float32(1.19825839466702e-06) + np.float32(1.18534705686654e-04)
     q = z2 * q + np.float32(2.26843463243900e-03)
     q = z2 * q + np.float32(4.89352518554385e-03)
-    t = z * p / q
-    return t if x == x else x   # NaN stays NaN
+    return z * p / q
 
 
-@numba.njit(fastmath=_FASTMATH, error_model="numpy", cache=True)
-def _update_refresh(h, m, a, nu, mask, binary):
-    """One layer's `update` of h fused with the next step's `weight_moments`, in one pass over the weights:
+@numba.njit(**_JIT)
+def _erfcx(z):
+    """erfcx(z) = exp(z²) erfc(z) in float64: directly below z = 26 (erfc > 1e-296 and exp(z²) < 1e294 there), else
+    the asymptotic series 1/(z√π) Σ_k (−1)^k (2k−1)!!/(2z²)^k, whose 6th term is < 1e-16 from z = 26 on."""
+    if z < 26.0:
+        return math.exp(z * z) * math.erfc(z)
+    r = 1.0 / (2.0 * z * z)
+    s, term = 1.0, 1.0
+    for k in range(1, 7):
+        term *= -(2 * k - 1) * r
+        s += term
+    return s / (z * math.sqrt(math.pi))
 
-        h_ij += Σ_batch a_i ν_j  (a = Δ/sqrt(N); times mask_ij for a local layer),
-        m = ⟨W⟩ (tanh h, or h for real weights; 0 where masked out).
 
-    For real weights pass m = h. `mask` is (V, K), or (0, 0) for a dense layer; a and nu with 0 rows only
-    refresh the caches. Rows go in pairs, samples in pairs: each load of ν serves four multiply-adds.
+@numba.njit(**_JIT)
+def _output_delta(y, mu, sigma2):
+    """output_delta for one unit, float64 (Δ_L = (y/σ) φ(t)/Φ(t), t = yμ/σ, through erfcx)."""
+    sigma = math.sqrt(sigma2)
+    t = y * mu / sigma
+    return y / sigma * math.exp(_LOG_SQRT_2_OVER_PI - math.log(_erfcx(-t / math.sqrt(2.0))))
+
+
+@numba.njit(**_JIT)
+def _layer_pass(h, m, store_m, binary, mask, a, nu, nu_next, w_next, v2_next, mu, q, second):
+    """One pass over a layer's weights: this step's update fused with the next step's products.
+
+        h_ij += Σ_s a_si ν_sj (× mask_ij),  m_ij = tanh h_ij (binary) or h_ij (real),
+        mu_si = Σ_j m_ij ν'_sj,  q_si = Σ_j m_ij² w'_sj,  second_si = Σ_j mask_ij v2'_sj (local layers),
+
+    ' marking the next step's inputs. `a` with 0 rows: products only; `nu_next` with 0 rows: update only;
+    `w_next` with 0 rows: no q (real weights, image input without dropout). Rows go in pairs: a pair is updated,
+    refreshed and multiplied while it sits in L1 cache, and each load of ν serves four multiply-adds;
+    ⟨W⟩ is stored only where the backward pass needs it.
     """
     units, width = h.shape
-    batch = a.shape[0]
-    inc = np.empty((2, width), np.float32)
-    masked = mask.shape[0] > 0
+    batch, batch_next = a.shape[0], nu_next.shape[0]
+    masked, need_q = mask.shape[0] > 0, w_next.shape[0] > 0
+    if batch <= 1 and batch_next <= 1 and not masked:
+        _online_pass(h, m, store_m, binary, a, nu, nu_next, w_next, mu, q)
+        return
+    pair = np.empty((2, width), np.float32)
     for i in range(0, units, 2):
         rows = 2 if i + 1 < units else 1
-        k = i + rows - 1  # the second row (i itself for a last odd row: computed twice, used once)
-        inc[:] = 0
-        for s in range(0, batch - 1, 2):
-            a0, a1, b0, b1 = a[s, i], a[s + 1, i], a[s, k], a[s + 1, k]
-            for j in range(width):
-                inc[0, j] += a0 * nu[s, j] + a1 * nu[s + 1, j]
-                inc[1, j] += b0 * nu[s, j] + b1 * nu[s + 1, j]
-        if batch % 2:
-            s = batch - 1
-            a0, b0 = a[s, i], a[s, k]
-            for j in range(width):
-                inc[0, j] += a0 * nu[s, j]
-                inc[1, j] += b0 * nu[s, j]
-        for r in range(rows):
-            if masked:
-                for j in range(width):
-                    inc[r, j] *= mask[i + r, j]
-            if binary:
-                for j in range(width):
-                    h_ij = h[i + r, j] + inc[r, j]
-                    h[i + r, j] = h_ij
-                    m_ij = _tanh32(h_ij)
-                    if masked:
-                        m_ij *= mask[i + r, j]
-                    m[i + r, j] = m_ij
-            else:
-                for j in range(width):
-                    h[i + r, j] += inc[r, j]
-
-
-@numba.njit(fastmath=_FASTMATH, error_model="numpy", cache=True)
-def _products(m, nu, w, mu, q):
-    """The two products of layer_moments in one pass over ⟨W⟩ (replaces ν m^T and ν² (m²)^T there):
-
-        mu_si = Σ_j m_ij ν_sj,   q_si = Σ_j m_ij² w_sj,
-
-    m² formed on the fly (no ⟨W⟩² cache to write and read); a 2-row x 2-sample block per sweep (a last odd
-    row or sample is computed twice and stored once).
-    """
-    units, width = m.shape
-    batch = nu.shape[0]
-    for i in range(0, units, 2):
-        k = min(i + 1, units - 1)
+        k = i + rows - 1  # the second row (i itself for a last odd row: computed twice, stored once)
+        pair[:] = 0
         for s in range(0, batch, 2):
             t = min(s + 1, batch - 1)
-            a00 = a01 = a10 = a11 = c00 = c01 = c10 = c11 = np.float32(0)
+            a0, a1 = a[s, i], (a[t, i] if t > s else np.float32(0))
+            b0, b1 = a[s, k], (a[t, k] if t > s else np.float32(0))
             for j in range(width):
-                m0, m1 = m[i, j], m[k, j]
-                n0, n1, w0, w1 = nu[s, j], nu[t, j], w[s, j], w[t, j]
-                a00 += m0 * n0
-                a01 += m0 * n1
-                a10 += m1 * n0
-                a11 += m1 * n1
-                m0, m1 = m0 * m0, m1 * m1
-                c00 += m0 * w0
-                c01 += m0 * w1
-                c10 += m1 * w0
-                c11 += m1 * w1
+                pair[0, j] += a0 * nu[s, j] + a1 * nu[t, j]
+                pair[1, j] += b0 * nu[s, j] + b1 * nu[t, j]
+        for r in range(rows):
+            hr, pr = h[i + r], pair[r]
+            if masked:
+                mr = mask[i + r]
+                for j in range(width):
+                    pr[j] *= mr[j]
+            for j in range(width):
+                hr[j] += pr[j]
+            if binary:
+                for j in range(width):
+                    pr[j] = _tanh32(hr[j])
+                if not np.isfinite(hr.sum()):  # NaN/inf in this row of h: make it show in ⟨W⟩ (so Δ is non-finite)
+                    pr[:] = np.nan
+            else:
+                pr[:] = hr
+            if store_m:
+                m[i + r] = pr
+        if rows == 1:
+            pair[1] = pair[0]
+        for s in range(0, batch_next, 2):
+            t = min(s + 1, batch_next - 1)
+            a00 = a01 = a10 = a11 = c00 = c01 = c10 = c11 = np.float32(0)
+            if need_q:
+                for j in range(width):
+                    m0, m1 = pair[0, j], pair[1, j]
+                    n0, n1, w0, w1 = nu_next[s, j], nu_next[t, j], w_next[s, j], w_next[t, j]
+                    a00 += m0 * n0
+                    a01 += m0 * n1
+                    a10 += m1 * n0
+                    a11 += m1 * n1
+                    m0, m1 = m0 * m0, m1 * m1
+                    c00 += m0 * w0
+                    c01 += m0 * w1
+                    c10 += m1 * w0
+                    c11 += m1 * w1
+            else:
+                for j in range(width):
+                    m0, m1, n0, n1 = pair[0, j], pair[1, j], nu_next[s, j], nu_next[t, j]
+                    a00 += m0 * n0
+                    a01 += m0 * n1
+                    a10 += m1 * n0
+                    a11 += m1 * n1
             mu[t, i], mu[t, k], q[t, i], q[t, k] = a01, a11, c01, c11
             mu[s, i], mu[s, k], q[s, i], q[s, k] = a00, a10, c00, c10
+            if masked:
+                for row in range(i, k + 1):
+                    for u in range(s, t + 1):
+                        acc = np.float32(0)
+                        for j in range(width):
+                            acc += mask[row, j] * v2_next[u, j]
+                        second[u, row] = acc + 1
 
 
-@dataclass
-class _FastLayer:
-    """A float32 working copy of one Layer with its cache m = ⟨W⟩ (for real weights m is h itself)."""
-    h: np.ndarray
-    b: np.ndarray
-    m: np.ndarray
-    mask: np.ndarray  # (V, K) 0/1, or (0, 0) for a dense layer (the kernels' convention)
-    n: np.ndarray
-    inv_sqrt_n: np.ndarray
-
-
-def _fast_layers(net: Network) -> list[_FastLayer]:
-    """The working copies of net's layers, caches computed from h (so they depend on h alone)."""
-    out = []
-    for layer in net.layers:
-        h = np.array(layer.h, dtype=FAST_DTYPE, order="C")
-        mask = np.zeros((0, 0), FAST_DTYPE) if layer.mask is None else layer.mask.astype(FAST_DTYPE)
-        fl = _FastLayer(h, layer.b.astype(FAST_DTYPE), h if net.weights == "real" else np.empty_like(h), mask,
-                        layer.n.astype(FAST_DTYPE), (1.0 / np.sqrt(layer.n)).astype(FAST_DTYPE))
-        _refresh(fl, net.weights, np.zeros((0, h.shape[0]), FAST_DTYPE), np.zeros((0, h.shape[1]), FAST_DTYPE))
-        out.append(fl)
-    return out
-
-
-def _refresh(fl: _FastLayer, weights: str, a, nu) -> None:
-    _update_refresh(fl.h, fl.m, a, nu, fl.mask, weights == "binary")
-
-
-def _fast_forward(net: Network, layers: list[_FastLayer], x, rng):
-    """Training forward pass from the caches (replaces forward/layer_moments; same dropout, same draws):
-
-        μ = (ν m^T + b)/sqrt(N),   σ²·N = Σ_r ⟨W²⟩⟨v²⟩ − Σ_r m² ν² + 1,
-
-    where Σ_r ⟨W²⟩⟨v²⟩ = Σ_r mask_r v²_r for binary weights (⟨W²⟩ = 1) and adds Σ_r m² v² for real ones
-    (⟨W²⟩ = m² + 1), so σ²·N = Σ mask v² + 1 − q with q = Σ m² w, w = ν² (binary), ν² − v² (real).
-    Returns (inputs, mu, sigma2, dropout masks) per layer."""
-    nu, v2 = x, x * x
-    nu2 = (1.0 - 4.0 * net.keep * (1.0 - net.keep)) * v2 if net.dropout == "analytic" else v2
-    inputs, mus, sigma2s, masks = [], [], [], []
-    for fl in layers:
-        mask = None
-        if net.dropout == "sampled":
-            mask = (rng.random(nu.shape) < net.keep).astype(FAST_DTYPE)
-            nu = nu * mask
-            v2 = mask if v2 is None else v2 * mask
-            nu2 = nu * nu
-        if v2 is None:  # ±1 hidden units: ⟨v²⟩ = 1
-            second, w = fl.n, (nu2 if net.weights == "binary" else nu2 - 1.0)
+@numba.njit(**_JIT)
+def _online_pass(h, m, store_m, binary, a, nu, nu_next, w_next, mu, q):
+    """_layer_pass for a dense layer at batch size 1: one loop per row does the update, the refresh and both
+    products (batch size 1 is bound by this loop: one tanh and five flops per weight)."""
+    units, width = h.shape
+    update, products, need_q = a.shape[0] > 0, nu_next.shape[0] > 0, w_next.shape[0] > 0
+    zero_nu = np.zeros(width, np.float32)
+    nu0 = nu[0] if update else zero_nu
+    nn0 = nu_next[0] if products else zero_nu
+    w0 = w_next[0] if need_q and products else zero_nu
+    for i in range(units):
+        a_i = a[0, i] if update else np.float32(0)
+        hi = h[i]
+        acc_mu = acc_q = np.float32(0)
+        if binary:
+            acc_h = np.float32(0)
+            if store_m:  # two copies of the loop: a conditional store inside it stops vectorisation
+                mi = m[i]
+                for j in range(width):
+                    h_ij = hi[j] + a_i * nu0[j]
+                    hi[j] = h_ij
+                    m_ij = _tanh32(h_ij)
+                    mi[j] = m_ij
+                    acc_mu += m_ij * nn0[j]
+                    acc_q += m_ij * m_ij * w0[j]
+                    acc_h += h_ij
+            else:
+                for j in range(width):
+                    h_ij = hi[j] + a_i * nu0[j]
+                    hi[j] = h_ij
+                    m_ij = _tanh32(h_ij)
+                    acc_mu += m_ij * nn0[j]
+                    acc_q += m_ij * m_ij * w0[j]
+                    acc_h += h_ij
+            if not np.isfinite(acc_h):  # NaN/inf in this row of h: make it show in μ and ⟨W⟩ (so Δ is non-finite)
+                acc_mu = acc_q = np.float32(np.nan)
+                if store_m:
+                    m[i] = np.nan
         else:
-            second = (v2 @ fl.mask.T if fl.mask.size else v2.sum(axis=1, keepdims=True)) + 1.0
-            w = nu2 if net.weights == "binary" else (None if v2 is nu2 else nu2 - v2)  # None: q = 0
-        if w is None:
-            mu = nu @ fl.m.T
-            sigma2 = np.broadcast_to(second / fl.n, mu.shape)
-        else:
-            mu, q = np.empty((len(nu), len(fl.h)), FAST_DTYPE), np.empty((len(nu), len(fl.h)), FAST_DTYPE)
-            _products(fl.m, nu, w, mu, q)
-            sigma2 = (second - q) / fl.n
-        mu += fl.b
-        mu *= fl.inv_sqrt_n
-        inputs.append(nu)
-        mus.append(mu)
-        sigma2s.append(sigma2)
-        masks.append(mask)
-        nu = unit_mean(mu, sigma2)
-        v2, nu2 = None, nu * nu
-    return inputs, mus, sigma2s, masks
+            for j in range(width):
+                h_ij = hi[j] + a_i * nu0[j]
+                hi[j] = h_ij
+                acc_mu += h_ij * nn0[j]
+                acc_q += h_ij * h_ij * w0[j]
+        if products:
+            mu[0, i] = acc_mu
+            q[0, i] = acc_q
 
 
-def _fast_deltas(layers: list[_FastLayer], mus, sigma2s, masks, y, step) -> list[np.ndarray]:
-    """backward() from the caches: Δ_L in float64 (it is tiny, and near-saturated outputs want the range), the
-    hidden Δ in float32 with ⟨W⟩ from before the update. Same non-finite check and message as backward()."""
-    deltas = [output_delta(y.astype(np.float64), mus[-1].astype(np.float64),
-                           sigma2s[-1].astype(np.float64)).astype(FAST_DTYPE)]
-    for k in range(len(layers) - 1, 0, -1):
-        back = (deltas[0] * layers[k].inv_sqrt_n) @ layers[k].m
-        delta = 2.0 * gaussian_at_zero(mus[k - 1], sigma2s[k - 1]) * back
-        if masks[k] is not None:
-            delta *= masks[k]
-        deltas.insert(0, delta)
-    for k, delta in enumerate(deltas):
-        if not np.isfinite(delta).all():
-            where = f" at step {step}" if step is not None else ""
-            raise FloatingPointError(
-                f"non-finite Δ in layer {k + 1}{where}: the posterior of some layer holds NaN/inf "
-                f"(h finite per layer: {[bool(np.isfinite(fl.h).all()) for fl in layers]}); training stopped "
-                f"before the update, so the parameters are those of the last finite step")
-    return deltas
+@numba.njit(**_JIT)
+def _load_inputs(nu_in, v2_in, w_in, drop, source, binary, dropout, keep, analytic_c, rng, image):
+    """The inputs of one layer for one step, from `source` (images or the previous layer's ν): ν, ⟨v²⟩ and
+    w = ν² (binary) or ν² − ⟨v²⟩ (real) for q; sampled dropout draws its masks here, in the reference's order."""
+    batch, width = source.shape
+    for s in range(batch):
+        for j in range(width):
+            v = np.float32(source[s, j])
+            v2 = v * v if image else np.float32(1)
+            nu2 = v * v
+            if dropout == 2:
+                keep_j = np.float32(1) if rng.random() < keep else np.float32(0)
+                drop[s, j] = keep_j
+                v, v2 = v * keep_j, v2 * keep_j
+                nu2 = v * v
+            elif dropout == 1 and image:
+                nu2 = analytic_c * nu2
+            nu_in[s, j] = v
+            v2_in[s, j] = v2
+            w_in[s, j] = nu2 if binary else nu2 - v2
 
 
-def _fast_step(net: Network, layers: list[_FastLayer], x, y, rng=None, step=None) -> None:
-    """train_step on the working copy: forward, backward, then per layer b += Σ a and the fused h update."""
-    inputs, mus, sigma2s, masks = _fast_forward(net, layers, np.asarray(x, FAST_DTYPE), rng)
-    for fl, nu_prev, delta in zip(layers, inputs, _fast_deltas(layers, mus, sigma2s, masks, y, step)):
-        a = delta * fl.inv_sqrt_n
-        fl.b += a.sum(axis=0)
-        _refresh(fl, net.weights, a, nu_prev)
+@numba.njit(**_JIT)
+def _finish_layer(mu, q, second, sigma2, nu_out, b, n, inv_sqrt_n, v2_in, masked, need_q, batch):
+    """μ = (Σ m ν + b)/sqrt(N), σ² = (Σ⟨W²⟩⟨v²⟩ − Σ m²ν²... )/N as in _fast_forward, and ν = erf(μ/sqrt(2σ²))."""
+    units = mu.shape[1]
+    for s in range(batch):
+        dense_second = np.float32(1)
+        if not masked:
+            dense_second += v2_in[s].sum()
+        for i in range(units):
+            sec = second[s, i] if masked else dense_second
+            s2 = (sec - (q[s, i] if need_q else np.float32(0))) / n[i]
+            m_ = (mu[s, i] + b[i]) * inv_sqrt_n[i]
+            mu[s, i] = m_
+            sigma2[s, i] = s2
+            nu_out[s, i] = math.erf(m_ / math.sqrt(2.0 * s2))
 
 
-def _write_back(net: Network, layers: list[_FastLayer]) -> None:
-    for layer, fl in zip(net.layers, layers):
-        layer.h[...] = fl.h
-        layer.b[...] = fl.b
+@numba.njit(**_JIT)
+def _train_steps(x, y, order, batch_size, hs, ms, bs, masks, ns, inv_sqrt_ns, binary, dropout, keep, rng):
+    """EBP over x[order] in minibatches (the steps of train_epoch), in float32 except Δ_L (float64).
+
+    Pipelined: step t's update of layer l is fused with step t+1's products of layer l (_layer_pass), so every
+    weight is read once per step. Returns (steps done, layer of a non-finite Δ or −1); on a non-finite Δ the
+    step stops before its update, so the parameters are those after the last finite step."""
+    n_layers, n = len(hs), len(order)
+    bmax = min(batch_size, n)
+    analytic_c = np.float32(1.0 - 4.0 * keep * (1.0 - keep))
+    empty = np.zeros((0, 0), np.float32)
+    # inputs of layer l for the current and the next step: index buffer * n_layers + l
+    nus = [np.ones((bmax, hs[l % n_layers].shape[1]), np.float32) for l in range(2 * n_layers)]
+    v2s = [np.ones((bmax, hs[l % n_layers].shape[1]), np.float32) for l in range(2 * n_layers)]
+    ws = [np.ones((bmax, hs[l % n_layers].shape[1]), np.float32) for l in range(2 * n_layers)]
+    drops = [np.ones((bmax, hs[l % n_layers].shape[1]), np.float32) for l in range(2 * n_layers)]
+    mus = [np.zeros((bmax, h.shape[0]), np.float32) for h in hs]
+    qs = [np.zeros((bmax, h.shape[0]), np.float32) for h in hs]
+    seconds = [np.zeros((bmax, h.shape[0]), np.float32) for h in hs]
+    sigma2s = [np.zeros((bmax, h.shape[0]), np.float32) for h in hs]
+    outs = [np.zeros((bmax, h.shape[0]), np.float32) for h in hs]
+    deltas = [np.zeros((bmax, h.shape[0]), np.float32) for h in hs]
+    n_steps = (n + batch_size - 1) // batch_size
+    cur = 0
+    for step in range(-1, n_steps):
+        # 1. backward pass of this step (Δ with ⟨W⟩ from before its update)
+        if step >= 0:
+            start = step * batch_size
+            batch = min(batch_size, n - start)
+            last = n_layers - 1
+            for s in range(batch):
+                for i in range(hs[last].shape[0]):
+                    deltas[last][s, i] = _output_delta(np.float64(y[order[start + s], i]),
+                                                       np.float64(mus[last][s, i]), np.float64(sigma2s[last][s, i]))
+            for l in range(last, 0, -1):
+                a = deltas[l][:batch] * inv_sqrt_ns[l]
+                back = np.dot(a, ms[l])
+                for s in range(batch):
+                    for i in range(back.shape[1]):
+                        mu_, s2 = mus[l - 1][s, i], sigma2s[l - 1][s, i]
+                        density = math.exp(-0.5 * mu_ * mu_ / s2) / math.sqrt(2.0 * math.pi * s2)
+                        deltas[l - 1][s, i] = 2.0 * density * back[s, i] * drops[cur * n_layers + l][s, i]
+            for l in range(n_layers):
+                if not np.isfinite(deltas[l][:batch]).all():
+                    return step, l
+        # 2. the update of every layer, each fused with the next step's products
+        nxt = 1 - cur if step >= 0 else cur
+        start_next = (step + 1) * batch_size
+        batch_next = min(batch_size, n - start_next) if step + 1 < n_steps else 0
+        if batch_next:
+            _load_inputs(nus[nxt * n_layers], v2s[nxt * n_layers], ws[nxt * n_layers], drops[nxt * n_layers],
+                         x[order[start_next:start_next + batch_next]], binary, dropout, keep, analytic_c, rng, True)
+        for l in range(n_layers):
+            k, kn = cur * n_layers + l, nxt * n_layers + l
+            if step >= 0:
+                a = deltas[l][:batch] * inv_sqrt_ns[l].reshape(1, -1)
+                bs[l] += a.sum(axis=0)
+                nu = nus[k][:batch]
+            else:
+                a, nu = empty, empty
+            _layer_pass(hs[l], ms[l], binary and l > 0, binary, masks[l], a, nu, nus[kn][:batch_next],
+                        ws[kn][:batch_next] if (binary or dropout != 0 or l > 0) else empty, v2s[kn][:batch_next], mus[l], qs[l], seconds[l])
+            if batch_next:
+                _finish_layer(mus[l], qs[l], seconds[l], sigma2s[l], outs[l], bs[l], ns[l], inv_sqrt_ns[l],
+                              v2s[kn], masks[l].shape[0] > 0, binary or dropout != 0 or l > 0, batch_next)
+                if l + 1 < n_layers:
+                    _load_inputs(nus[kn + 1][:batch_next], v2s[kn + 1][:batch_next], ws[kn + 1][:batch_next],
+                                 drops[kn + 1][:batch_next], outs[l][:batch_next], binary, dropout, keep,
+                                 analytic_c, rng, False)
+        cur = nxt
+    return n_steps, -1
+
+
+def _fast_copy(net: Network):
+    """The float32 working copy the compiled epoch runs on, as numba typed lists (one entry per layer)."""
+    hs = [np.array(layer.h, dtype=FAST_DTYPE, order="C") for layer in net.layers]
+    return dict(
+        hs=List(hs),
+        ms=List([h if net.weights == "real" else np.empty_like(h) for h in hs]),  # ⟨W⟩: h itself for real weights
+        bs=List([layer.b.astype(FAST_DTYPE) for layer in net.layers]),
+        masks=List([np.zeros((0, 0), FAST_DTYPE) if layer.mask is None else layer.mask.astype(FAST_DTYPE)
+                    for layer in net.layers]),
+        ns=List([layer.n.astype(FAST_DTYPE) for layer in net.layers]),
+        inv_sqrt_ns=List([(1.0 / np.sqrt(layer.n)).astype(FAST_DTYPE) for layer in net.layers]))
+
+
+def _fast_run(net: Network, x, y, order, batch_size: int, rng, step_name) -> None:
+    """Runs _train_steps on a working copy, writes h and b back (unless nothing was done), and raises the
+    reference's FloatingPointError for a non-finite Δ; step_name(k) names step k in that message."""
+    work = _fast_copy(net)
+    with _blas_one_thread():
+        steps, bad_layer = _train_steps(x, y, order, batch_size, work["hs"], work["ms"], work["bs"],
+                                        work["masks"], work["ns"], work["inv_sqrt_ns"], net.weights == "binary",
+                                        _DROPOUT_CODES[net.dropout], float(net.keep), rng)
+    if steps:  # a failure at the first step leaves the network exactly as it was
+        for layer, h, b in zip(net.layers, work["hs"], work["bs"]):
+            layer.h[...] = h
+            layer.b[...] = b
+    if bad_layer >= 0:
+        where = "" if step_name(steps) is None else f" at step {step_name(steps)}"
+        raise FloatingPointError(
+            f"non-finite Δ in layer {bad_layer + 1}{where}: the posterior of some layer holds "
+            f"NaN/inf (h finite per layer: {[bool(np.isfinite(layer.h).all()) for layer in net.layers]}); "
+            f"training stopped before the update, so the parameters are those of the last finite step")
 
 
 def fast_train_epoch(net: Network, x, y, batch_size: int, rng, epoch: int = 0) -> None:
     """train_epoch with the fast engine: same order, same steps, same random draws; h, b written back at the end."""
-    layers = _fast_layers(net)
     order = rng.permutation(len(x))
-    steps = 0
-    try:
-        with _blas_one_thread():
-            for start in range(0, len(x), batch_size):
-                idx = order[start:start + batch_size]
-                _fast_step(net, layers, x[idx], y[idx], rng,
-                           step=f"{steps} of epoch {epoch + 1} (batch size {batch_size})")
-                steps += 1
-    finally:
-        if steps:  # a failure at the first step leaves the network exactly as it was
-            _write_back(net, layers)
+    _fast_run(net, x, y, order, batch_size, rng,
+              lambda k: f"{k} of epoch {epoch + 1} (batch size {batch_size})")
 
 
 def fast_train_step(net: Network, x, y, rng=None, step=None) -> None:
-    """train_step with the fast engine (builds the working copy for one step: use train_epoch for speed)."""
-    layers = _fast_layers(net)
-    with _blas_one_thread():
-        _fast_step(net, layers, x, y, rng, step)
-    _write_back(net, layers)
+    """train_step with the fast engine: the minibatch x as one step (use train_epoch for speed)."""
+    if rng is None:
+        if net.dropout == "sampled":
+            raise ValueError("sampled dropout draws its masks from rng: pass rng=np.random.default_rng(seed)")
+        rng = np.random.default_rng(0)  # not drawn from without sampled dropout
+    _fast_run(net, x, y, np.arange(len(x)), len(x), rng, lambda k: step)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -81,13 +81,20 @@ def test_fast_float32_network_matches_float64_reference():
     assert_close_networks(fast, reference)
 
 
-def test_fast_tanh_accuracy_and_nan():
-    h = np.concatenate([np.linspace(-20, 20, 400_001), [np.inf, -np.inf, np.nan]]).astype(np.float32)[None]
-    m, empty = np.empty_like(h), np.zeros((0, h.shape[1]), np.float32)
-    ebp._update_refresh(h, m, empty[:, :1], empty, np.zeros((0, 0), np.float32), True)
-    exact = np.tanh(h[0, :-1].astype(np.float64))
-    assert np.abs(m[0, :-1] - exact).max() < 3e-7  # a few float32 ulp of 1
-    assert np.isnan(m[0, -1])  # a NaN h still surfaces (as a non-finite Δ)
+@pytest.mark.parametrize("batch", [1, 2])  # the online loop (batch size 1) and the blocked one
+def test_fast_tanh_accuracy_and_non_finite_rows(batch):
+    finite = np.linspace(-20, 20, 400_001)
+    with_nan, with_inf = finite.copy(), finite.copy()
+    with_nan[7], with_inf[9] = np.nan, np.inf
+    h = np.stack([finite, with_nan, with_inf]).astype(np.float32)
+    m, (units, width) = np.empty_like(h), h.shape
+    zeros = np.zeros((batch, width), np.float32)
+    out = np.zeros((batch, units), np.float32)
+    ebp._layer_pass(h, m, True, True, np.zeros((0, 0), np.float32), np.zeros((batch, units), np.float32), zeros,
+                    zeros, zeros, zeros, out, out.copy(), out.copy())
+    assert np.abs(m[0] - np.tanh(finite)).max() < 3e-7  # a few float32 ulp of 1
+    # a NaN or inf in a row of h makes that row's ⟨W⟩ (and μ) NaN, so training stops with a non-finite Δ
+    assert np.isnan(m[1:]).all() and np.isnan(out[:, 1:]).all() and np.isfinite(out[:, 0]).all()
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
