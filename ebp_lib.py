@@ -549,8 +549,12 @@ def output_ebp_d(net: Network, x: np.ndarray) -> np.ndarray:
     return v
 
 
-def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000) -> dict[str, float]:
-    """Test errors (fractions) of EBP-P and EBP-D on (x, labels)."""
+def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000,
+             engine: str = "reference") -> dict[str, float]:
+    """Test errors (fractions) of EBP-P and EBP-D on (x, labels); engine="fast": the same in float32."""
+    _check_engine(engine)
+    if engine == "fast":
+        return fast_evaluate(net, x, labels, batch)
     wrong_p = wrong_d = 0
     for start in range(0, len(x), batch):
         xb, lb = x[start:start + batch], labels[start:start + batch]
@@ -602,7 +606,7 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
     and a run whose checkpoint exists resumes from it, bit-identical to a run that was never interrupted.
     The training error is measured on the first `n_train_eval` training images (0: not measured).
     `on_epoch(record)` is called after every epoch (progress display). `engine` trains with the fast path
-    ("fast", float32, the default) or the reference code ("reference"); evaluation is the reference's.
+    ("fast", float32, the default) or the reference code ("reference"), and evaluates with the same engine.
     """
     import time
 
@@ -624,9 +628,9 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
         start = time.perf_counter()
         train_epoch(net, data.x_train, data.y_train, batch_size, rng, epoch, engine=engine)
         seconds = time.perf_counter() - start
-        test = evaluate(net, data.x_test, data.labels_test)
-        train = (evaluate(net, data.x_train[:n_train_eval], data.labels_train[:n_train_eval]) if n_train_eval
-                 else {"ebp_p": None, "ebp_d": None})
+        test = evaluate(net, data.x_test, data.labels_test, engine=engine)
+        train = (evaluate(net, data.x_train[:n_train_eval], data.labels_train[:n_train_eval], engine=engine)
+                 if n_train_eval else {"ebp_p": None, "ebp_d": None})
         record = {"epoch": epoch + 1, "test_ebp_p": test["ebp_p"], "test_ebp_d": test["ebp_d"],
                   "train_ebp_p": train["ebp_p"], "train_ebp_d": train["ebp_d"], "train_seconds": seconds}
         history.append(record)
@@ -899,7 +903,7 @@ def _layer_pass(h, m, store_m, binary, mask, a, nu, nu_next, w_next, v2_next, mu
             if binary:
                 for j in range(width):
                     pr[j] = _tanh32(hr[j])
-                if not np.isfinite(hr.sum()):  # NaN/inf in this row of h: make it show in ⟨W⟩ (so Δ is non-finite)
+                if not abs(hr.sum()) < np.inf:  # NaN/inf in this row of h: make it show in ⟨W⟩ (so Δ is non-finite)
                     pr[:] = np.nan
             else:
                 pr[:] = hr
@@ -975,7 +979,7 @@ def _online_pass(h, m, store_m, binary, a, nu, nu_next, w_next, mu, q):
                     acc_mu += m_ij * nn0[j]
                     acc_q += m_ij * m_ij * w0[j]
                     acc_h += h_ij
-            if not np.isfinite(acc_h):  # NaN/inf in this row of h: make it show in μ and ⟨W⟩ (so Δ is non-finite)
+            if not abs(acc_h) < np.inf:  # NaN/inf in this row of h: make it show in μ and ⟨W⟩ (so Δ is non-finite)
                 acc_mu = acc_q = np.float32(np.nan)
                 if store_m:
                     m[i] = np.nan
@@ -1133,6 +1137,64 @@ def _fast_run(net: Network, x, y, order, batch_size: int, rng, step_name) -> Non
             f"non-finite Δ in layer {bad_layer + 1}{where}: the posterior of some layer holds "
             f"NaN/inf (h finite per layer: {[bool(np.isfinite(layer.h).all()) for layer in net.layers]}); "
             f"training stopped before the update, so the parameters are those of the last finite step")
+
+
+def _fast_eval_weights(net: Network) -> list[dict]:
+    """Per layer, what the float32 evaluation multiplies by: ⟨W⟩, ⟨W⟩², the EBP-D weights, the mask (computed
+    once per evaluation, not once per batch as forward() does)."""
+    out = []
+    for layer in net.layers:
+        h = layer.h.astype(FAST_DTYPE)
+        m = np.tanh(h) if net.weights == "binary" else h
+        mask = None if layer.mask is None else layer.mask.astype(FAST_DTYPE)
+        hard = np.sign(h) if net.weights == "binary" else h
+        out.append({"m": m, "m2": m * m, "hard": hard if mask is None else hard * mask, "mask": mask,
+                    "b": layer.b.astype(FAST_DTYPE), "n": layer.n.astype(FAST_DTYPE)})
+    return out
+
+
+def _fast_ebp_p(net: Network, weights: list[dict], x) -> np.ndarray:
+    """output_ebp_p in float32 with BLAS: forward(net, x) at test time, with ⟨W²⟩ = 1 (binary) or m² + 1 (real)
+    folded in as in _train_steps: σ²·N = Σ mask ⟨v²⟩ + 1 − Σ m² w, w = ν² (binary) or ν² − ⟨v²⟩ (real)."""
+    nu = x.astype(FAST_DTYPE)
+    v2 = nu * nu
+    nu2 = (1.0 - 4.0 * net.keep * (1.0 - net.keep)) * v2 if net.dropout == "analytic" else v2
+    for layer in weights:
+        if net.dropout == "sampled":  # test time: the weights scaled by p
+            nu, v2 = net.keep * nu, net.keep ** 2 * (np.ones_like(nu) if v2 is None else v2)
+            nu2 = nu * nu
+        if v2 is None:  # ±1 hidden units: ⟨v²⟩ = 1
+            second, w = layer["n"], (nu2 if net.weights == "binary" else nu2 - 1.0)
+        else:
+            second = (v2 @ layer["mask"].T if layer["mask"] is not None else v2.sum(axis=1, keepdims=True)) + 1.0
+            w = nu2 if net.weights == "binary" else nu2 - v2
+        mu = (nu @ layer["m"].T + layer["b"]) / np.sqrt(layer["n"])
+        sigma2 = (second - w @ layer["m2"].T) / layer["n"]
+        nu, v2 = unit_mean(mu, sigma2), None
+        nu2 = nu * nu
+    return nu
+
+
+def _fast_ebp_d(net: Network, weights: list[dict], x) -> np.ndarray:
+    """output_ebp_d in float32 with BLAS."""
+    v = x.astype(FAST_DTYPE)
+    scale = net.keep if net.dropout == "sampled" else 1.0
+    for k, layer in enumerate(weights):
+        u = scale * (v @ layer["hard"].T) + layer["b"]
+        v = u if k == len(weights) - 1 else np.where(u >= 0, FAST_DTYPE(1), FAST_DTYPE(-1))
+    return v
+
+
+def fast_evaluate(net: Network, x, labels, batch: int = 2000) -> dict[str, float]:
+    """evaluate() in float32 (BLAS on one thread): the same errors up to near-ties between two classes
+    (tests/test_fast.py counts the images that differ)."""
+    weights, wrong_p, wrong_d = _fast_eval_weights(net), 0, 0
+    with _blas_one_thread():
+        for start in range(0, len(x), batch):
+            xb, lb = x[start:start + batch], labels[start:start + batch]
+            wrong_p += int(np.sum(_fast_ebp_p(net, weights, xb).argmax(axis=1) != lb))
+            wrong_d += int(np.sum(_fast_ebp_d(net, weights, xb).argmax(axis=1) != lb))
+    return {"ebp_p": wrong_p / len(x), "ebp_d": wrong_d / len(x)}
 
 
 def fast_train_epoch(net: Network, x, y, batch_size: int, rng, epoch: int = 0) -> None:

@@ -113,3 +113,21 @@ def test_unknown_engine_is_refused():
     x, y = data(10)
     with pytest.raises(ValueError, match="unknown engine"):
         ebp.train_epoch(net_for("binary", [20, 10], None, 1.0), x, y, 10, np.random.default_rng(0), engine="gpu")
+
+
+@pytest.mark.parametrize("weights, architecture, dropout, init_scale", CASES)
+def test_fast_evaluation_equals_reference(weights, architecture, dropout, init_scale):
+    """fit evaluates with the training engine: the float32 outputs are within 1e-5 of the reference's, and the
+    predicted classes agree except on near-ties (none here; at most 1 image in 1,000 allowed)."""
+    x, y = data(3000)
+    net = net_for(weights, architecture, dropout, init_scale)
+    ebp.train_epoch(net, x, y, 10, np.random.default_rng(0))
+    x_test, y_test = data(1000, seed=1)
+    labels = y_test.argmax(axis=1)
+    weights32 = ebp._fast_eval_weights(net)
+    assert np.abs(ebp._fast_ebp_p(net, weights32, x_test) - ebp.output_ebp_p(net, x_test)).max() < 1e-5
+    assert np.sum(ebp._fast_ebp_d(net, weights32, x_test).argmax(axis=1)
+                  != ebp.output_ebp_d(net, x_test).argmax(axis=1)) <= 1
+    fast, reference = (ebp.evaluate(net, x_test, labels, engine=e) for e in ("fast", "reference"))
+    assert abs(fast["ebp_p"] - reference["ebp_p"]) <= 1e-3 and abs(fast["ebp_d"] - reference["ebp_d"]) <= 1e-3
+    assert 0.02 < reference["ebp_p"] < 0.9  # the network learned something, and not everything
