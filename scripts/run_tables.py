@@ -264,17 +264,30 @@ def package_versions() -> dict:
     return out
 
 
+def cpu_model() -> str:
+    """The processor's name (float32 sums in the compiled engine depend on its vector width)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def git_state(root=REPO) -> dict:
-    """The commit checked out in `root` and whether tracked code differs from it (outputs/ not counted)."""
+    """The commit checked out in `root` and whether tracked code differs from it (outputs/ not counted).
+    Without a git checkout (a copy of the tree on another machine) the commit is $EBP_GIT_COMMIT if set."""
     def git(*args):
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    unknown = {"git_commit": os.environ.get("EBP_GIT_COMMIT"), "git_dirty": None}
     try:
         head = git("rev-parse", "HEAD")
         status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)outputs")
     except (OSError, subprocess.SubprocessError):
-        return {"git_commit": None, "git_dirty": None}
+        return unknown
     if head.returncode != 0:
-        return {"git_commit": None, "git_dirty": None}
+        return unknown
     changed = [line[3:] for line in status.stdout.splitlines()]
     return {"git_commit": head.stdout.strip(), "git_dirty": bool(changed), "git_changed": changed[:20]}
 
@@ -301,7 +314,8 @@ class EpochRecorder:
         previous = read_result(self.path) if self.start_epoch else None  # only a resumed run continues it
         self.sessions = list(previous.get("sessions", [])) if previous else []
         self.session = {"started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                        "host": socket.gethostname(), "from_epoch": self.start_epoch, **git_state()}
+                        "host": socket.gethostname(), "cpu": cpu_model(), "from_epoch": self.start_epoch,
+                        **git_state(), "versions": package_versions()}
 
     def __call__(self, record: dict) -> None:
         self.history.append(record)
