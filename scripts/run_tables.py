@@ -839,41 +839,43 @@ def render_table(table: int, rows: list[dict], best: dict) -> str:
 ONE_TWO = [("200", "[200,200]"), ("400", "[400,400]"), ("600", "[600,600]"), ("800", "[800,800]")]
 
 
-def _count(pairs):
-    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+def _count(errors, pairs):
+    """(how many pairs (a, b) of cells have error a < b, how many pairs were compared), over the pairs of cells
+    that both have an error."""
+    pairs = [(errors[a], errors[b]) for a, b in pairs if a in errors and b in errors]
     return (sum(a < b for a, b in pairs), len(pairs)) if pairs else None
 
 
-def finding_two_layers(errors, n_expected):
+def finding_two_layers(errors):
     """EBP-P: two hidden layers [w,w] beat one layer of w, at the same width (Tables 2 and 3)."""
-    counted = _count([(errors.get((t, r, two)), errors.get((t, r, one))) for t in (2, 3)
-                      for r in ("B-EBP-P", "R-EBP-P") for one, two in ONE_TWO])
+    counted = _count(errors, [((t, r, two), (t, r, one)) for t in (2, 3)
+                              for r in ("B-EBP-P", "R-EBP-P") for one, two in ONE_TWO])
     return None if counted is None else (2 * counted[0] > counted[1], counted)
 
 
-def finding_dropout(errors, n_expected):
+def finding_dropout(errors):
     """Dropout (Table 3) gives a lower error than no dropout (Table 2) in most cells."""
-    counted = _count([(errors.get((3, r, c)), errors.get((2, r, c))) for r in ROW_LABELS
-                      for c in {k[2] for k in errors if k[0] in (2, 3)}])
+    counted = _count(errors, [((3, r, c), (2, r, c)) for r in ROW_LABELS
+                              for c in {k[2] for k in errors if k[0] in (2, 3)}])
     return None if counted is None else (2 * counted[0] > counted[1], counted)
 
 
-def finding_wide_binary_d(errors, n_expected):
+def finding_wide_binary_d(errors):
     """Without dropout, B-EBP-D degrades for wide two-layer nets: worse at [800,800] than at [200,200],
     and further behind B-EBP-P there (Table 2)."""
     need = [(2, "B-EBP-D", "[200,200]"), (2, "B-EBP-D", "[800,800]"), (2, "B-EBP-P", "[200,200]"),
             (2, "B-EBP-P", "[800,800]")]
-    if any(errors.get(k) is None for k in need):
+    if any(k not in errors for k in need):
         return None
     d200, d800, p200, p800 = (errors[k] for k in need)
     return (d800 > d200 and d800 - p800 > d200 - p200,
             f"B-EBP-D {d200:.2f} → {d800:.2f}, gap to B-EBP-P {d200 - p200:.2f} → {d800 - p800:.2f}")
 
 
-def finding_real_beats_binary(errors, n_expected):
+def finding_real_beats_binary(errors):
     """Real weights beat binary weights (same table, column and output) in most cells."""
-    counted = _count([(errors.get((t, "R" + r[1:], c)), errors[(t, r, c)]) for (t, r, c) in list(errors)
-                      if r.startswith("B")])
+    counted = _count(errors, [((t, "R" + r[1:], c), (t, r, c)) for (t, r, c) in list(errors)
+                              if r.startswith("B")])
     return None if counted is None else (2 * counted[0] > counted[1], counted)
 
 
@@ -891,18 +893,31 @@ def _evidence(value, n_expected) -> str:
 
 
 def check_findings(rows: list[dict], best: dict) -> list[dict]:
-    """Each finding evaluated on the paper's numbers and on ours: agree / disagree / not yet run."""
+    """Each finding evaluated on the paper's numbers and on ours: agree / disagree / not yet run.
+
+    Ours is evaluated separately within each protocol (profile, epochs done, training images): a 3-epoch run
+    says nothing against a 120-epoch one. The verdict comes from the most complete protocol that can test it."""
     paper = {(r["table"], r["row"], r["column"]): r["paper_error"] for r in rows}
-    mine = {(r["table"], r["row"], r["column"]): ours(r, best) for r in rows}
-    mine = {k: v for k, v in mine.items() if v is not None}
+    mine, protocol = {}, {}
+    for r in rows:
+        key, result = (r["table"], r["row"], r["column"]), best.get(r["run_id"])
+        if result is not None and ours(r, best) is not None:
+            mine[key] = ours(r, best)
+            protocol[key] = (result.get("n_train_images") or 0, result.get("epochs_done") or 0,
+                             result.get("profile"))
+    groups = sorted(set(protocol.values()), reverse=True)  # most training first
     out = []
     for title, predicate, n_expected in FINDINGS:
-        theirs, ours_ = predicate(paper, n_expected), predicate(mine, n_expected)
-        verdict = "not yet run" if ours_ is None else ("agree" if ours_[0] == theirs[0] else "disagree")
+        theirs = predicate(paper)
+        tested = [(g, predicate({k: v for k, v in mine.items() if protocol[k] == g}))
+                  for g in groups]
+        tested = [(g, t) for g, t in tested if t is not None]
+        verdict = "not yet run" if not tested else ("agree" if tested[0][1][0] == theirs[0] else "disagree")
         out.append({"finding": title, "paper": f"{'holds' if theirs[0] else 'fails'} "
                     f"({_evidence(theirs[1], n_expected)})",
-                    "ours": "-" if ours_ is None else f"{'holds' if ours_[0] else 'fails'} "
-                    f"({_evidence(ours_[1], n_expected)})", "verdict": verdict})
+                    "ours": "; ".join(f"{g[2]}, {g[1]} ep: {'holds' if t[0] else 'fails'} ({_evidence(t[1], n_expected)})"
+                                      for g, t in tested) or "-",
+                    "verdict": verdict})
     return out
 
 

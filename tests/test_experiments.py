@@ -318,3 +318,23 @@ def test_a_run_finished_by_another_runner_meanwhile_is_not_retrained(tmp_path):
     assert outcome["status"] == "skipped"
     assert not (out / "experiment.ipynb").exists()  # the notebook was not executed
     assert json.loads((out / "result.json").read_text()) == result
+
+
+def test_findings_compare_only_runs_of_the_same_protocol(rows):
+    """A 3-epoch quick run must not be compared with a 120-epoch paper run: each protocol is judged on its own,
+    and the verdict comes from the most complete one."""
+    def result(row, profile, error):
+        epochs, n = (120, None) if profile == "paper" else (3, 6000)
+        return fake_result(row, epochs, n, profile, error)
+    picked = {r["run_id"]: r for r in rows if r["table"] == 2 and r["column"] in ("800", "[800,800]")}
+    best = {}
+    for run_id, row in picked.items():
+        # the one-layer runs at the paper's protocol (low error), the two-layer ones only quick (high error):
+        # mixed, "two layers beat one" would fail; within the quick protocol alone there is nothing to compare
+        best[run_id] = result(row, "paper", 0.02) if row["column"] == "800" else result(row, "quick", 0.3)
+    verdict = rt.check_findings(rows, best)[0]
+    assert verdict["verdict"] == "not yet run" and verdict["ours"] == "-", verdict
+    # one-layer runs at the quick protocol too: now the quick protocol can test it (0.3 < 0.4: holds)
+    quick_one = {run_id: result(row, "quick", 0.4) for run_id, row in picked.items() if row["column"] == "800"}
+    verdict = rt.check_findings(rows, {**best, **quick_one})[0]
+    assert verdict["verdict"] == "agree" and verdict["ours"].startswith("quick, 3 ep: holds (2/2"), verdict
