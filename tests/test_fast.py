@@ -131,3 +131,15 @@ def test_fast_evaluation_equals_reference(weights, architecture, dropout, init_s
     fast, reference = (ebp.evaluate(net, x_test, labels, engine=e) for e in ("fast", "reference"))
     assert abs(fast["ebp_p"] - reference["ebp_p"]) <= 1e-3 and abs(fast["ebp_d"] - reference["ebp_d"]) <= 1e-3
     assert 0.02 < reference["ebp_p"] < 0.9  # the network learned something, and not everything
+
+
+def test_fast_output_delta_matches_the_reference_everywhere():
+    """Δ_L of the compiled engine (erfcx written out: direct below z = 26, asymptotic series above) against
+    output_delta (scipy's erfcx) for t = yμ/σ from −1e8 to 40, both labels: relative error below 1e-12."""
+    t = np.concatenate([-np.logspace(8, -3, 400), [0.0], np.logspace(-3, np.log10(40), 200)])
+    for y in (1.0, -1.0):
+        for sigma2 in (0.3, 2.0):
+            mu = y * t * np.sqrt(sigma2)
+            exact = ebp.output_delta(y, mu, sigma2)
+            fast = np.array([ebp._output_delta(y, m, sigma2) for m in mu])
+            assert np.all(np.abs(fast - exact) <= 1e-12 * np.abs(exact)), np.abs(fast / exact - 1).max()
