@@ -803,7 +803,8 @@ ENGINES = ("fast", "reference")
 _FASTMATH = {"contract", "arcp", "reassoc", "nsz", "afn"}
 _JIT = dict(fastmath=_FASTMATH, error_model="numpy", cache=True)
 _LOG_SQRT_2_OVER_PI = 0.5 * math.log(2.0 / math.pi)
-_DROPOUT_CODES = {None: 0, "analytic": 1, "sampled": 2}
+_ANALYTIC, _SAMPLED = 1, 2  # net.dropout inside the compiled code (0: none)
+_DROPOUT_CODES = {None: 0, "analytic": _ANALYTIC, "sampled": _SAMPLED}
 _blas = None
 
 
@@ -1004,12 +1005,12 @@ def _load_inputs(nu_in, v2_in, w_in, drop, source, binary, dropout, keep, analyt
             v = np.float32(source[s, j])
             v2 = v * v if image else np.float32(1)
             nu2 = v * v
-            if dropout == 2:
+            if dropout == _SAMPLED:
                 keep_j = np.float32(1) if rng.random() < keep else np.float32(0)
                 drop[s, j] = keep_j
                 v, v2 = v * keep_j, v2 * keep_j
                 nu2 = v * v
-            elif dropout == 1 and image:
+            elif dropout == _ANALYTIC and image:
                 nu2 = analytic_c * nu2
             nu_in[s, j] = v
             v2_in[s, j] = v2
@@ -1018,7 +1019,12 @@ def _load_inputs(nu_in, v2_in, w_in, drop, source, binary, dropout, keep, analyt
 
 @numba.njit(**_JIT)
 def _finish_layer(mu, q, second, sigma2, nu_out, b, n, inv_sqrt_n, v2_in, masked, need_q, batch):
-    """μ = (Σ m ν + b)/sqrt(N), σ² = (Σ⟨W²⟩⟨v²⟩ − Σ m²ν²... )/N as in _fast_forward, and ν = erf(μ/sqrt(2σ²))."""
+    """layer_moments and unit_mean from the products of _layer_pass, for `batch` samples:
+
+        μ = (Σ m ν + b)/sqrt(N),   σ² = (Σ⟨W²⟩⟨v²⟩ − Σ m²ν² + 1)/N = (second − q)/N,   ν = erf(μ/sqrt(2σ²)),
+
+    where ⟨W²⟩ = 1 (binary) or m² + 1 (real) is folded in: second = Σ mask ⟨v²⟩ + 1 (per unit for a local layer,
+    else one number per sample) and q = Σ m² w with w = ν² (binary) or ν² − ⟨v²⟩ (real)."""
     units = mu.shape[1]
     for s in range(batch):
         dense_second = np.float32(1)
@@ -1031,6 +1037,29 @@ def _finish_layer(mu, q, second, sigma2, nu_out, b, n, inv_sqrt_n, v2_in, masked
             mu[s, i] = m_
             sigma2[s, i] = s2
             nu_out[s, i] = math.erf(m_ / math.sqrt(2.0 * s2))
+
+
+@numba.njit(**_JIT)
+def _backward(y, rows, ms, mus, sigma2s, deltas, inv_sqrt_ns, drops) -> int:
+    """backward() for one minibatch (the training images `rows`), into `deltas`: Δ_L in float64 (_output_delta),
+    Δ_{l−1} = 2 N(0|μ,σ²) Σ_j ⟨W_j·⟩ Δ_j/sqrt(N_j) (times the dropout mask of layer l's inputs). Returns the
+    first layer with a non-finite Δ, or −1."""
+    last, batch = len(ms) - 1, len(rows)
+    for s in range(batch):
+        for i in range(ms[last].shape[0]):
+            deltas[last][s, i] = _output_delta(np.float64(y[rows[s], i]), np.float64(mus[last][s, i]),
+                                               np.float64(sigma2s[last][s, i]))
+    for l in range(last, 0, -1):
+        back = np.dot(deltas[l][:batch] * inv_sqrt_ns[l], ms[l])
+        for s in range(batch):
+            for i in range(back.shape[1]):
+                mean, var = np.float64(mus[l - 1][s, i]), np.float64(sigma2s[l - 1][s, i])
+                density = math.exp(-0.5 * mean * mean / var) / math.sqrt(2.0 * math.pi * var)
+                deltas[l - 1][s, i] = 2.0 * density * back[s, i] * drops[l][s, i]
+    for l in range(last + 1):
+        if not np.isfinite(deltas[l][:batch]).all():
+            return l
+    return -1
 
 
 @numba.njit(**_JIT)
@@ -1058,26 +1087,13 @@ def _train_steps(x, y, order, batch_size, hs, ms, bs, masks, ns, inv_sqrt_ns, bi
     n_steps = (n + batch_size - 1) // batch_size
     cur = 0
     for step in range(-1, n_steps):
-        # 1. backward pass of this step (Δ with ⟨W⟩ from before its update)
-        if step >= 0:
+        if step >= 0:  # 1. this step's Δ, with ⟨W⟩ from before its update
             start = step * batch_size
             batch = min(batch_size, n - start)
-            last = n_layers - 1
-            for s in range(batch):
-                for i in range(hs[last].shape[0]):
-                    deltas[last][s, i] = _output_delta(np.float64(y[order[start + s], i]),
-                                                       np.float64(mus[last][s, i]), np.float64(sigma2s[last][s, i]))
-            for l in range(last, 0, -1):
-                a = deltas[l][:batch] * inv_sqrt_ns[l]
-                back = np.dot(a, ms[l])
-                for s in range(batch):
-                    for i in range(back.shape[1]):
-                        mu_, s2 = mus[l - 1][s, i], sigma2s[l - 1][s, i]
-                        density = math.exp(-0.5 * mu_ * mu_ / s2) / math.sqrt(2.0 * math.pi * s2)
-                        deltas[l - 1][s, i] = 2.0 * density * back[s, i] * drops[cur * n_layers + l][s, i]
-            for l in range(n_layers):
-                if not np.isfinite(deltas[l][:batch]).all():
-                    return step, l
+            bad = _backward(y, order[start:start + batch], ms, mus, sigma2s, deltas, inv_sqrt_ns,
+                            drops[cur * n_layers:(cur + 1) * n_layers])
+            if bad >= 0:
+                return step, bad
         # 2. the update of every layer, each fused with the next step's products
         nxt = 1 - cur if step >= 0 else cur
         start_next = (step + 1) * batch_size
@@ -1088,16 +1104,18 @@ def _train_steps(x, y, order, batch_size, hs, ms, bs, masks, ns, inv_sqrt_ns, bi
         for l in range(n_layers):
             k, kn = cur * n_layers + l, nxt * n_layers + l
             if step >= 0:
-                a = deltas[l][:batch] * inv_sqrt_ns[l].reshape(1, -1)
+                a = deltas[l][:batch] * inv_sqrt_ns[l]
                 bs[l] += a.sum(axis=0)
                 nu = nus[k][:batch]
             else:
                 a, nu = empty, empty
+            # q = Σ m² w is 0 only for real weights on the image without dropout (w = ν² − ⟨v²⟩ = 0 there)
+            need_q = binary or dropout != 0 or l > 0
             _layer_pass(hs[l], ms[l], binary and l > 0, binary, masks[l], a, nu, nus[kn][:batch_next],
-                        ws[kn][:batch_next] if (binary or dropout != 0 or l > 0) else empty, v2s[kn][:batch_next], mus[l], qs[l], seconds[l])
+                        ws[kn][:batch_next] if need_q else empty, v2s[kn][:batch_next], mus[l], qs[l], seconds[l])
             if batch_next:
                 _finish_layer(mus[l], qs[l], seconds[l], sigma2s[l], outs[l], bs[l], ns[l], inv_sqrt_ns[l],
-                              v2s[kn], masks[l].shape[0] > 0, binary or dropout != 0 or l > 0, batch_next)
+                              v2s[kn], masks[l].shape[0] > 0, need_q, batch_next)
                 if l + 1 < n_layers:
                     _load_inputs(nus[kn + 1][:batch_next], v2s[kn + 1][:batch_next], ws[kn + 1][:batch_next],
                                  drops[kn + 1][:batch_next], outs[l][:batch_next], binary, dropout, keep,
