@@ -338,3 +338,14 @@ def test_findings_compare_only_runs_of_the_same_protocol(rows):
     quick_one = {run_id: result(row, "quick", 0.4) for run_id, row in picked.items() if row["column"] == "800"}
     verdict = rt.check_findings(rows, {**best, **quick_one})[0]
     assert verdict["verdict"] == "agree" and verdict["ours"].startswith("quick, 3 ep: holds (2/2"), verdict
+
+
+def test_coverage_summarises_each_protocol_on_its_own(rows):
+    """ours − paper is averaged within a protocol: a quick run's +8 points never dilutes a paper run's −0.2."""
+    table2 = [r for r in rows if r["table"] == 2]
+    paper_run, quick_run = table2[0]["run_id"], next(r["run_id"] for r in table2 if r["run_id"] != table2[0]["run_id"])
+    best = {paper_run: fake_result(next(r for r in table2 if r["run_id"] == paper_run), 120, None, "paper", 0.01),
+            quick_run: fake_result(next(r for r in table2 if r["run_id"] == quick_run), 3, 6000, "quick", 0.5)}
+    line = rt.coverage(rows, best).splitlines()[0]
+    assert line.startswith("Table 2: 2 of 18 runs have results; paper, 120 ep, 60k: ours − paper over 2 cells"), line
+    assert "; quick, 3 ep, 6k: ours − paper over 2 cells" in line
