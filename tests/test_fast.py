@@ -97,6 +97,15 @@ def test_fast_tanh_accuracy_and_non_finite_rows(batch):
     assert np.isnan(m[1:]).all() and np.isnan(out[:, 1:]).all() and np.isfinite(out[:, 0]).all()
 
 
+@pytest.mark.parametrize("units", [1, 8, 13, 800])  # whole sweeps of eight rows, a remainder, or both
+def test_back_product_equals_matrix_product(units):
+    rng = np.random.default_rng(units)
+    d = rng.standard_normal((10, units)).astype(np.float32)
+    m = rng.uniform(-1, 1, (units, 37)).astype(np.float32)
+    exact = d.astype(np.float64) @ m.astype(np.float64)
+    np.testing.assert_allclose(ebp._back_product(d, m), exact, rtol=0, atol=1e-6 * np.sqrt(units) * 10)
+
+
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_non_finite_stops_with_the_same_error(engine):
     x, y = data(40)
