@@ -872,6 +872,16 @@ def finding_wide_binary_d(errors):
             f"B-EBP-D {d200:.2f} → {d800:.2f}, gap to B-EBP-P {d200 - p200:.2f} → {d800 - p800:.2f}")
 
 
+def finding_dropout_wide_binary_d(errors):
+    """With dropout, B-EBP-D does not degrade for wide two-layer nets: no worse at [800,800] than at [200,200]
+    (Table 3; the paper's B-EBP-D falls from 3.97% to 2.68% there)."""
+    need = [(3, "B-EBP-D", "[200,200]"), (3, "B-EBP-D", "[800,800]")]
+    if any(k not in errors for k in need):
+        return None
+    d200, d800 = (errors[k] for k in need)
+    return d800 <= d200, f"B-EBP-D {d200:.2f} → {d800:.2f}"
+
+
 def finding_real_beats_binary(errors):
     """Real weights beat binary weights (same table, column and output) in most cells."""
     counted = _count(errors, [((t, "R" + r[1:], c), (t, r, c)) for (t, r, c) in list(errors)
@@ -882,6 +892,7 @@ def finding_real_beats_binary(errors):
 FINDINGS = [("Two hidden layers beat one (EBP-P, same width)", finding_two_layers, 16),
             ("Dropout helps (Table 3 below Table 2)", finding_dropout, 36),
             ("B-EBP-D degrades for wide two-layer nets without dropout", finding_wide_binary_d, 4),
+            ("With dropout, B-EBP-D does not degrade for wide two-layer nets", finding_dropout_wide_binary_d, 2),
             ("Real weights beat binary weights", finding_real_beats_binary, 50)]
 
 

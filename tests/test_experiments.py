@@ -278,9 +278,9 @@ def test_findings_on_the_papers_own_numbers_hold(rows):
     for r in rows:
         best[r["run_id"]]["final"][f"test_{r['output']}"] = r["paper_error"] / 100
     verdicts = rt.check_findings(rows, best)
-    assert [v["verdict"] for v in verdicts] == ["agree"] * 4, verdicts
+    assert [v["verdict"] for v in verdicts] == ["agree"] * 5, verdicts
     assert verdicts[1]["paper"] == "holds (32/36 comparisons)"
-    assert [v["verdict"] for v in rt.check_findings(rows, {})] == ["not yet run"] * 4
+    assert [v["verdict"] for v in rt.check_findings(rows, {})] == ["not yet run"] * 5
 
 
 def test_committed_only_reads_what_git_holds(tmp_path, rows):
