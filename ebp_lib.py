@@ -915,11 +915,11 @@ def _layer_pass(h, m, store_m, binary, mask, a, nu, nu_next, w_next, v2_next, mu
         return
     pair = np.empty((2, width), np.float32)  # ⟨W⟩ of the pair of rows where it is not stored
     for i in range(0, units, 2):
-        k = min(i + 1, units - 1)  # the second row (i itself for a last odd row: computed twice, stored once)
+        k = min(i + 1, units - 1)  # the second row (i itself for a last odd row: its products are computed twice)
         for r in range(k - i + 1):
             row = i + r
             if batch > 0:
-                _update_row(h[row], a, row, nu, mask[row] if masked else h[row], masked)
+                _update_row(h[row], a, row, nu, mask[row] if masked else h[row], masked)  # (h[row]: unread)
             if binary:
                 _refresh_row(h[row], m[row] if store_m else pair[r])
         # ⟨W⟩ of the two rows: h itself for real weights
