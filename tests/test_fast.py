@@ -61,6 +61,39 @@ def test_fast_equals_reference_after_300_updates(weights, architecture, dropout,
     assert_close_networks(fast, reference)
 
 
+@pytest.mark.parametrize("batch_size", [1, 10])
+@pytest.mark.parametrize("weights, architecture, dropout", [("binary", [30, 10], None),
+                                                           ("real", [("local", 5), 10], "analytic"),
+                                                           ("binary", [20, 15, 10], "sampled")])
+def test_fast_leaves_out_inputs_that_are_always_zero(weights, architecture, dropout, batch_size):
+    # a border of pixels that are 0 in every image, as in standardised MNIST (67 of 784 pixels); 72 pixels are
+    # used, so 8 of the border's are carried along as padding (to 80, a multiple of 16) and must not change either
+    x, y = data(100 * batch_size)
+    border = np.ones((SIDE, SIDE), bool)
+    border[1:-2, 2:-2] = False
+    x[:, border.ravel()] = 0.0
+    fast, reference = (net_for(weights, architecture, dropout, 1.0) for _ in range(2))
+    start = fast.layers[0].h.copy()
+    rng_fast, rng_reference = np.random.default_rng(5), np.random.default_rng(5)
+    ebp.train_epoch(fast, x, y, batch_size, rng_fast, engine="fast")
+    ebp.train_epoch(reference, x, y, batch_size, rng_reference, engine="reference")
+    assert rng_fast.bit_generator.state == rng_reference.bit_generator.state  # masks drawn for every pixel
+    assert_close_networks(fast, reference)
+    unused = fast.layers[0].h[:, border.ravel()]
+    assert np.array_equal(unused, start[:, border.ravel()].astype(np.float32))  # untouched (rounded to float32)
+    assert not np.array_equal(fast.layers[0].h[:, ~border.ravel()], start[:, ~border.ravel()])
+
+
+def test_fast_step_on_blank_images_changes_only_biases_and_deeper_layers():
+    x, y = data(4)
+    x[:] = 0.0  # no input column is used: the first layer's h stays as it was
+    fast, reference = (net_for("binary", [20, 15, 10], None, 1.0) for _ in range(2))
+    ebp.train_step(fast, x, y, engine="fast")
+    ebp.train_step(reference, x, y, engine="reference")
+    assert_close_networks(fast, reference)
+    assert np.array_equal(fast.layers[0].h, net_for("binary", [20, 15, 10], None, 1.0).layers[0].h.astype(np.float32))
+
+
 @pytest.mark.parametrize("weights", ["binary", "real"])
 def test_fast_train_step_equals_reference_and_keeps_dtype(weights):
     x, y = data(7)
@@ -92,7 +125,7 @@ def test_fast_tanh_accuracy_and_non_finite_rows(batch):
     out = np.zeros((batch, units), np.float32)
     ebp._layer_pass(h, m, True, True, np.zeros((0, 0), np.float32), np.zeros((batch, units), np.float32), zeros,
                     zeros, zeros, zeros, out, out.copy(), out.copy())
-    assert np.abs(m[0] - np.tanh(finite)).max() < 3e-7  # a few float32 ulp of 1
+    assert np.abs(m[0] - np.tanh(finite)).max() < 4.1e-7  # under 7 float32 ulp of 1 (scripts/fit_tanh.py)
     # a NaN or inf in a row of h makes that row's ⟨W⟩ (and μ) NaN, so training stops with a non-finite Δ
     assert np.isnan(m[1:]).all() and np.isnan(out[:, 1:]).all() and np.isfinite(out[:, 0]).all()
 
