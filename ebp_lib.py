@@ -798,8 +798,8 @@ from threadpoolctl import ThreadpoolController
 FAST_DTYPE = np.float32
 FAST_BLAS_THREADS = 1   # one BLAS thread per process: on 2-core machines threaded BLAS beside another job is slower
 ENGINES = ("fast", "reference")
-# fastmath without 'nnan'/'ninf': lets LLVM vectorise and reassociate, but a NaN or inf in h still gives NaN (each
-# row of h is checked once per step, see _tanh32), hence a non-finite Δ and the reference's error.
+# fastmath without 'nnan'/'ninf': lets LLVM vectorise and reassociate, but NaN and inf keep their meaning (a NaN
+# image gives a non-finite Δ and the reference's error; h is checked before and after each call, see _fast_run).
 _FASTMATH = {"contract", "arcp", "reassoc", "nsz", "afn"}
 _JIT = dict(fastmath=_FASTMATH, error_model="numpy", cache=True)
 _LOG_SQRT_2_OVER_PI = 0.5 * math.log(2.0 / math.pi)
@@ -827,8 +827,7 @@ def _tanh32(x):
     near-minimax rational fit (scripts/fit_rational.py reproduces the coefficients). Error 4.2e-7 at most in float32
     (tested; 1 − tanh 7.9 = 2.7e-7), i.e. 7 float32 ulp of 1. Unlike np.tanh it vectorises, and it costs
     9 multiply-adds and a division, two fewer than Eigen's degree-6/3 fit (error 2.7e-7) that it replaced. The
-    clamp maps NaN to a number, so the callers check each row of h (its sum) for NaN/inf instead of paying a
-    select per weight."""
+    clamp may map NaN to a number: _fast_run refuses a non-finite h instead of paying for a check per weight."""
     c = np.float32(7.9)
     z = min(max(x, -c), c)
     u = z * z
@@ -905,15 +904,9 @@ def _update_row(hr, a, row, nu, mr, masked):
 
 @numba.njit(**_JIT)
 def _refresh_row(hr, out):
-    """out = ⟨W⟩ = tanh h for one row of binary weights; a NaN/inf in the row makes all of it NaN (so Δ is
-    non-finite, as in the reference) without a select per weight."""
-    total = np.float32(0)
+    """out = ⟨W⟩ = tanh h for one row of binary weights."""
     for j in range(hr.shape[0]):
-        v = hr[j]
-        out[j] = _tanh32(v)
-        total += v
-    if not abs(total) < np.inf:
-        out[:] = np.nan
+        out[j] = _tanh32(hr[j])
 
 
 @numba.njit(**_JIT)
@@ -995,7 +988,6 @@ def _online_pass(h, m, store_m, binary, a, nu, nu_next, w_next, mu, q):
         hi = h[i]
         acc_mu = acc_q = np.float32(0)
         if binary:
-            acc_h = np.float32(0)
             if store_m:  # two copies of the loop: a conditional store inside it stops vectorisation
                 mi = m[i]
                 for j in range(width):
@@ -1005,7 +997,6 @@ def _online_pass(h, m, store_m, binary, a, nu, nu_next, w_next, mu, q):
                     mi[j] = m_ij
                     acc_mu += m_ij * nn0[j]
                     acc_q += m_ij * m_ij * w0[j]
-                    acc_h += h_ij
             else:
                 for j in range(width):
                     h_ij = hi[j] + a_i * nu0[j]
@@ -1013,11 +1004,6 @@ def _online_pass(h, m, store_m, binary, a, nu, nu_next, w_next, mu, q):
                     m_ij = _tanh32(h_ij)
                     acc_mu += m_ij * nn0[j]
                     acc_q += m_ij * m_ij * w0[j]
-                    acc_h += h_ij
-            if not abs(acc_h) < np.inf:  # NaN/inf in this row of h: make it show in μ and ⟨W⟩ (so Δ is non-finite)
-                acc_mu = acc_q = np.float32(np.nan)
-                if store_m:
-                    m[i] = np.nan
         else:
             for j in range(width):
                 h_ij = hi[j] + a_i * nu0[j]
@@ -1229,13 +1215,31 @@ def _fast_copy(net: Network, columns):
 
 
 def _fast_run(net: Network, x, y, order, batch_size: int, rng, step_name) -> None:
-    """Runs _train_steps on a working copy, writes h and b back (unless nothing was done), and raises the
-    reference's FloatingPointError for a non-finite Δ; step_name(k) names step k in that message."""
+    """Runs _train_steps on a working copy and writes h and b back (unless nothing was done); raises the
+    reference's FloatingPointError for a non-finite Δ. The compiled loops do not check h weight by weight, so h
+    is checked here: a NaN/inf before the call stops it at step 0 (the reference's Δ would be non-finite there),
+    and one after it (an overflow) leaves the network as it was. step_name(k) names step k in the messages."""
+    def where(step):
+        return "" if step_name(step) is None else f" at step {step_name(step)}"
+
+    def finite(hs):
+        return [bool(np.isfinite(h).all()) for h in hs]
+
+    before = finite(layer.h for layer in net.layers)
+    if not all(before):
+        raise FloatingPointError(
+            f"non-finite h in layer {before.index(False) + 1}{where(0)}: the posterior holds NaN/inf (h finite per "
+            f"layer: {before}), so Δ is not finite (NaN) or the update is meaningless (inf); training stopped "
+            f"before the first update, so the parameters are unchanged")
     columns = _used_columns(x, order)
     work = _fast_copy(net, columns)
     steps, bad_layer = _train_steps(x, y, order, columns, batch_size, work["hs"], work["ms"], work["bs"],
                                     work["masks"], work["ns"], work["inv_sqrt_ns"], net.weights == "binary",
                                     _DROPOUT_CODES[net.dropout], float(net.keep), rng)
+    if not all(finite(work["hs"])):
+        raise FloatingPointError(
+            f"h overflowed to NaN/inf during steps 0-{steps - 1} of this call (h finite per layer: "
+            f"{finite(work['hs'])}); the network is left as it was before the call")
     if steps:  # a failure at the first step leaves the network exactly as it was
         for k, (layer, h, b) in enumerate(zip(net.layers, work["hs"], work["bs"])):
             if k == 0:  # the unused columns are unchanged (rounded to float32 like the rest)
@@ -1245,10 +1249,9 @@ def _fast_run(net: Network, x, y, order, batch_size: int, rng, step_name) -> Non
             layer.h[...] = h
             layer.b[...] = b
     if bad_layer >= 0:
-        where = "" if step_name(steps) is None else f" at step {step_name(steps)}"
         raise FloatingPointError(
-            f"non-finite Δ in layer {bad_layer + 1}{where}: the posterior of some layer holds "
-            f"NaN/inf (h finite per layer: {[bool(np.isfinite(layer.h).all()) for layer in net.layers]}); "
+            f"non-finite Δ in layer {bad_layer + 1}{where(steps)}: the posterior of some layer holds "
+            f"NaN/inf (h finite per layer: {finite(layer.h for layer in net.layers)}); "
             f"training stopped before the update, so the parameters are those of the last finite step")
 
 
