@@ -1217,8 +1217,9 @@ def _fast_copy(net: Network, columns):
 def _fast_run(net: Network, x, y, order, batch_size: int, rng, step_name) -> None:
     """Runs _train_steps on a working copy and writes h and b back (unless nothing was done); raises the
     reference's FloatingPointError for a non-finite Δ. The compiled loops do not check h weight by weight, so h
-    is checked here: a NaN/inf before the call stops it at step 0 (the reference's Δ would be non-finite there),
-    and one after it (an overflow) leaves the network as it was. step_name(k) names step k in the messages."""
+    is checked here: a NaN/inf before the call stops it at step 0 (for a NaN the reference's Δ is non-finite
+    there; the reference trains on with an infinite h of binary weights), and one after it (an overflow) leaves
+    the network as it was. step_name(k) names step k in the messages."""
     def where(step):
         return "" if step_name(step) is None else f" at step {step_name(step)}"
 

@@ -142,6 +142,23 @@ def test_fast_unit_means_use_an_accurate_erf():
     assert np.nanmax(np.abs(nu[0] - expected)) < 3.5e-7
 
 
+@pytest.mark.parametrize("name", ["tanh", "erf"])
+def test_rational_fits_are_the_ones_the_script_reproduces(name):
+    """scripts/fit_rational.py refits _tanh32 / _erf32: its float32 coefficients are the ones in ebp_lib's source
+    (the clamp, then P and Q from the highest power down, as Horner's scheme reads them), to 1e-6 relative."""
+    import inspect
+    import re
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import fit_rational
+    f, compiled, c, k, l, far, iterations = fit_rational.FITS[name]
+    p, q, _ = fit_rational.fit(f, c, k, l, far, iterations)
+    source = inspect.getsource(compiled.py_func)
+    constants = [float(v) for v in re.findall(r"np\.float32\(([-+0-9.e]+)\)", source)]
+    np.testing.assert_allclose(constants, [c, *p[::-1], *q[::-1]], rtol=1e-6)
+
+
 @pytest.mark.parametrize("units", [1, 8, 13, 800])  # whole sweeps of eight rows, a remainder, or both
 def test_back_product_equals_matrix_product(units):
     rng = np.random.default_rng(units)
