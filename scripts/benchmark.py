@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: the fast training path (engine="fast") against the reference code (engine="reference").
 
-One command, from the repository root (about 5 minutes on the 2-core machine; EBP_DATA_DIR as for the tests):
+One command, from the repository root (about 3 minutes on the 2-core machine; EBP_DATA_DIR as for the tests):
 
     make benchmark            # or: OMP_NUM_THREADS=1 .venv/bin/python scripts/benchmark.py
 
