@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import json
 import os
+import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -294,10 +295,11 @@ def local_mask(side: int, block: int) -> np.ndarray:
     return mask.reshape(out * out, side * side)
 
 
-def _check_architecture(architecture, input_side: int) -> None:
+def check_architecture(architecture, input_side: int = 28) -> list[int]:
+    """Validate a layer list (block sizes must fit the map they act on); return the sizes [inputs, units...]."""
     if not architecture:
         raise ValueError("architecture is empty: give at least the output layer, e.g. [200, 10]")
-    side = input_side
+    side, sizes = input_side, [input_side ** 2]
     for k, spec in enumerate(architecture):
         if isinstance(spec, (tuple, list)) and len(spec) == 2 and spec[0] == "local":
             if side is None:
@@ -306,10 +308,13 @@ def _check_architecture(architecture, input_side: int) -> None:
                 raise ValueError(f"layer {k + 1}: block size {spec[1]!r} must be an integer between 1 and the "
                                  f"side {side} of its input map")
             side = side - spec[1] + 1
+            sizes.append(side * side)
         elif isinstance(spec, (int, np.integer)) and not isinstance(spec, bool) and spec >= 1:
             side = None
+            sizes.append(int(spec))
         else:
             raise ValueError(f"layer {k + 1}: {spec!r} is neither a positive layer size nor ('local', block)")
+    return sizes
 
 
 def init_network(architecture, weights: str = "binary", seed: int = 0, input_side: int = 28,
@@ -327,7 +332,7 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
         raise ValueError(f"dropout keep probability p={keep} must be in (0, 1]")
     if not init_scale > 0:
         raise ValueError(f"init_scale={init_scale} must be positive")
-    _check_architecture(architecture, input_side)
+    check_architecture(architecture, input_side)
     rng = np.random.default_rng(seed)
     layers, width, side = [], input_side ** 2, input_side
     for spec in architecture:
@@ -599,7 +604,7 @@ def train_epoch(net: Network, x: np.ndarray, y: np.ndarray, batch_size: int, rng
 
 def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,
         checkpoint=None, n_train_eval: int = 10000, on_epoch=None,
-        engine: str = "fast") -> tuple[Network, list[dict]]:
+        engine: str = "fast", run_config: dict | None = None) -> tuple[Network, list[dict]]:
     """Train for `epochs` epochs, evaluating after each; returns the network and the per-epoch history.
 
     With `checkpoint` (a file path) the state (network, epoch, RNG, history) is saved after every epoch,
@@ -607,6 +612,9 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
     The training error is measured on the first `n_train_eval` training images (0: not measured).
     `on_epoch(record)` is called after every epoch (progress display). `engine` trains with the fast path
     ("fast", float32, the default) or the reference code ("reference"), and evaluates with the same engine.
+    `run_config` (JSON-serialisable: data set, preprocessing, ...) is stored in the checkpoint with the network's
+    configuration, seed, batch size and engine; resuming from a checkpoint of any other run is refused
+    (CheckpointMismatchError naming what differs), and an unreadable checkpoint raises CheckpointError.
     """
     import time
 
@@ -616,12 +624,11 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
     _check_engine(engine)
     _check_data(net, data.x_train, data.y_train)
     rng, history = np.random.default_rng(seed), []
+    run = {"network": _config(net), "seed": seed, "batch_size": batch_size, "engine": engine,
+           **(run_config or {})}
     if checkpoint is not None and Path(checkpoint).exists():
         saved, meta = load_network(checkpoint)
-        if _config(saved) != _config(net) or meta.get("seed") != seed or meta.get("batch_size") != batch_size:
-            raise ValueError(f"checkpoint {checkpoint} was written for another configuration "
-                             f"({_config(saved)}, seed {meta.get('seed')}, batch size {meta.get('batch_size')}); "
-                             f"remove it or choose another checkpoint path")
+        _check_same_run(checkpoint, {**meta, "config": _config(saved)}, run)
         net, history = saved, meta["history"]
         rng.bit_generator.state = meta["rng_state"]
     for epoch in range(len(history), epochs):
@@ -635,8 +642,7 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
                   "train_ebp_p": train["ebp_p"], "train_ebp_d": train["ebp_d"], "train_seconds": seconds}
         history.append(record)
         if checkpoint is not None:
-            save_network(checkpoint, net, seed=seed, batch_size=batch_size, history=history,
-                         rng_state=rng.bit_generator.state)
+            save_network(checkpoint, net, run=run, history=history, rng_state=rng.bit_generator.state)
         if on_epoch is not None:
             on_epoch(record)
     return net, history
@@ -646,33 +652,92 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
 # Persistence: one .npz holds the posterior, the configuration and (for checkpoints) the training state
 # ----------------------------------------------------------------------------------------------------------
 
+class CheckpointError(ValueError):
+    """A saved network or checkpoint cannot be read (empty, truncated, corrupt, or not written by save_network)."""
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint belongs to another run (network, seed, batch size, engine or data settings differ)."""
+
+
 def _config(net: Network) -> dict:
     return {"architecture": net.architecture, "weights": net.weights, "input_side": net.input_side,
             "dropout": net.dropout, "keep": net.keep, "dtype": str(net.layers[0].h.dtype)}
 
 
+def _check_same_run(path, meta: dict, wanted: dict) -> None:
+    """Refuse to resume a run from a checkpoint of a different one, naming every setting that differs.
+    Checkpoints written before `run` was saved record only the network, seed and batch size: those are compared."""
+    saved = meta.get("run") or {"network": meta["config"], "seed": meta.get("seed"),
+                                "batch_size": meta.get("batch_size")}
+    keys = sorted(set(saved) | set(wanted)) if "run" in meta else sorted(saved)
+    diffs = [f"{k}: checkpoint {saved.get(k)!r}, this run {wanted.get(k)!r}" for k in keys
+             if saved.get(k) != wanted.get(k)]
+    if diffs:
+        raise CheckpointMismatchError(f"checkpoint {path} was written by another run; resuming it would mix two "
+                                      f"runs:\n  - " + "\n  - ".join(diffs) +
+                                      "\nmove it aside (or delete it) to start afresh, or choose another output "
+                                      "folder")
+
+
+def _compact(a: np.ndarray) -> np.ndarray:
+    """float64 arrays that hold float32 values are stored as float32 (half the size, exact: load_network casts
+    them back to the same float64 numbers). The fast engine rounds h and b to float32 after every call."""
+    if a.dtype == np.float64:
+        small = a.astype(np.float32)
+        if np.array_equal(small, a):
+            return small
+    return a
+
+
 def save_network(path, net: Network, **meta) -> None:
-    """Write the network (and JSON-serialisable `meta`) atomically: an interrupted save loses nothing."""
+    """Write the network (and JSON-serialisable `meta`) atomically: an interrupted or failed save (a full
+    disk) leaves the previous file as it was and no temporary behind; the OSError names the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {}
     for k, layer in enumerate(net.layers):
-        arrays[f"h{k}"], arrays[f"b{k}"] = layer.h, layer.b
+        arrays[f"h{k}"], arrays[f"b{k}"] = _compact(layer.h), _compact(layer.b)
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, meta=json.dumps({"config": _config(net), **meta}), **arrays)
-    os.replace(tmp, path)
+    try:
+        np.savez(tmp, meta=json.dumps({"config": _config(net), **meta}), **arrays)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, f"could not write {path}: {err.strerror or err}") from err
+
+
+def read_network_meta(path) -> dict:
+    """The metadata saved with a network (for a checkpoint: run, history, RNG state), without the weights.
+    Raises CheckpointError for an empty, truncated or corrupt file, naming it."""
+    try:
+        with np.load(path) as f:
+            return json.loads(str(f["meta"]))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        raise _unreadable(path, err) from err
+
+
+def _unreadable(path, err) -> CheckpointError:
+    return CheckpointError(f"cannot read {path} ({type(err).__name__}: {err}); the file is empty, truncated or "
+                           f"corrupt. Move it aside (or delete it) to start that run afresh")
 
 
 def load_network(path) -> tuple[Network, dict]:
-    """Read a network written by save_network; returns it and the saved metadata."""
-    with np.load(path) as f:
-        meta = json.loads(str(f["meta"]))
-        config = meta.pop("config")
-        net = init_network([tuple(s) if isinstance(s, list) else s for s in config["architecture"]],
-                           config["weights"], 0, config["input_side"], dropout=config["dropout"],
-                           keep=config["keep"], dtype=np.dtype(config["dtype"]))
-        for k, layer in enumerate(net.layers):
-            layer.h[...], layer.b[...] = f[f"h{k}"], f[f"b{k}"]
+    """Read a network written by save_network; returns it and the saved metadata. Raises CheckpointError for
+    an unreadable file (its path and what to do)."""
+    try:
+        with np.load(path) as f:
+            meta = json.loads(str(f["meta"]))
+            config = meta.pop("config")
+            net = init_network([tuple(s) if isinstance(s, list) else s for s in config["architecture"]],
+                               config["weights"], 0, config["input_side"], dropout=config["dropout"],
+                               keep=config["keep"], dtype=np.dtype(config["dtype"]))
+            for k, layer in enumerate(net.layers):
+                layer.h[...], layer.b[...] = f[f"h{k}"], f[f"b{k}"]
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        raise _unreadable(path, err) from err
     return net, meta
 
 

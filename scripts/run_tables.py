@@ -95,7 +95,7 @@ def architecture_layers(name) -> list:
     import ebp_lib
 
     layers = ebp_lib.paper_architecture(str(name))
-    ebp_lib._check_architecture(layers, 28)  # block sizes must fit the 28x28 image
+    ebp_lib.check_architecture(layers, 28)  # block sizes must fit the 28x28 image
     return layers
 
 

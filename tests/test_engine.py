@@ -1,4 +1,6 @@
 """Tests of the EBP engine in ebp_lib (issue 3). Each one fails if the maths it checks is broken."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -198,8 +200,66 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path):
     data = tiny_data()
     ckpt = tmp_path / "run.npz"
     ebp.fit(tiny_net(), data, 1, checkpoint=ckpt)
-    with pytest.raises(ValueError, match="another configuration"):
+    with pytest.raises(ebp.CheckpointMismatchError, match="another run"):
         ebp.fit(ebp.init_network([8, 8, 3], "real", seed=1, input_side=3), data, 2, checkpoint=ckpt)
+
+
+def test_checkpoint_of_other_data_settings_is_refused_naming_both(tmp_path):
+    """Resuming must not mix two runs that differ only in their data (issue: MNIST epochs, then Fashion-MNIST)."""
+    data, ckpt = tiny_data(), tmp_path / "ckpt.npz"
+    ebp.fit(tiny_net(), data, 1, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500})
+    with pytest.raises(ebp.CheckpointMismatchError) as err:
+        ebp.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "fashion-mnist", "n_train": 500})
+    assert "dataset: checkpoint 'mnist', this run 'fashion-mnist'" in str(err.value)
+    with pytest.raises(ebp.CheckpointMismatchError, match="engine"):
+        ebp.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500},
+                engine="reference")
+    net, history = ebp.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500})
+    assert len(history) == 2
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "flipped", "not npz"])
+def test_unreadable_checkpoint_is_named(tmp_path, damage):
+    data, ckpt = tiny_data(), tmp_path / "ckpt.npz"
+    ebp.fit(tiny_net(), data, 1, checkpoint=ckpt)
+    raw = ckpt.read_bytes()
+    ckpt.write_bytes({"empty": b"", "truncated": raw[:len(raw) // 2], "not npz": b"hello",
+                      "flipped": raw[:200] + bytes([raw[200] ^ 0xFF]) + raw[201:]}[damage])
+    for call in (lambda: ebp.fit(tiny_net(), data, 2, checkpoint=ckpt), lambda: ebp.read_network_meta(ckpt)):
+        with pytest.raises(ebp.CheckpointError, match=f"cannot read {ckpt}.*[Mm]ove it aside"):
+            call()
+
+
+def test_failed_save_keeps_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    """A full disk while saving: the previous checkpoint stays intact, the partial temporary is removed, and
+    the error names the path and the errno."""
+    import errno
+
+    path = tmp_path / "m.npz"
+    ebp.save_network(path, tiny_net(), note="old")
+    before = path.read_bytes()
+
+    def full_disk(file, **arrays):
+        Path(file).write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ebp.np, "savez", full_disk)
+    with pytest.raises(OSError, match=f"could not write {path}") as err:
+        ebp.save_network(path, tiny_net(), note="new")
+    assert err.value.errno == errno.ENOSPC
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]
+
+
+def test_float32_values_are_saved_as_float32_and_load_back_exactly(tmp_path):
+    net = tiny_net()
+    for layer in net.layers:
+        layer.h[...] = layer.h.astype(np.float32)
+    ebp.save_network(tmp_path / "m.npz", net)
+    with np.load(tmp_path / "m.npz") as f:
+        assert f["h0"].dtype == np.float32
+    loaded, _ = ebp.load_network(tmp_path / "m.npz")
+    assert loaded.layers[0].h.dtype == np.float64
+    np.testing.assert_array_equal(loaded.layers[0].h, net.layers[0].h)
 
 
 @pytest.mark.parametrize("weights", WEIGHTS)
