@@ -1,0 +1,497 @@
+"""The deployed binary network: EBP-D with bit-packed weights, inferred by XNOR + popcount (issue 18).
+
+A binary EBP network read out deterministically (EBP-D, `ebp_lib.output_ebp_d`) has weights W = sign(h) ∈ {−1, +1},
+a real bias b, hidden units v' = sign(p·(W v) + b) (+1 at 0; p is the keep probability under sampled dropout,
+else 1) and a linear output layer whose argmax is the prediction. Nothing in it needs a real weight, so:
+
+* **Format.** Each layer's row W_v is stored as bits in uint64 words (bit i of row v is 1 where W_vi = +1; bit i of
+  the row is bit i % 64 of word i // 64). Weights that are 0 in EBP-D (off a spatial layer's mask, or h exactly 0)
+  are marked by a second bit-plane, `connected`, stored only for layers that have such weights; their sign bit is
+  0. Why a full-width mask plane rather than packing only each unit's connected inputs: the activations of a
+  layer are packed once into words that every unit of the next layer reads as they are (XOR, AND, popcount), and
+  the same code serves fully connected layers, locally connected layers, any other mask and the padding bits of
+  the last word. Packing only the connected inputs would need, for every unit and every image, a gather of that
+  unit's input bits, which costs more than the popcount it feeds. The price is 2 bits per (unit, input) position
+  of a spatial layer instead of 1 (see `model_bytes`).
+* **Hidden layers on ±1 inputs** (bit 1 = +1, bit 0 = −1): W_i v_i = +1 where the bits agree and −1 where they
+  differ, so Σ_i W_i v_i = K − 2·popcount(w XOR v) (exact integers). Padding bits are 0 in both words and never
+  differ; with a mask plane, Σ = |M| − 2·popcount((w XOR v) AND m).
+* **First layer on real pixels**, no multiplications: Σ_i W_i x_i = Σ_{W=+1} x − Σ_{W=−1} x, which is
+  2·Σ_{W=+1} x − Σ x for a fully connected layer. Each subset sum is read from byte tables: for every group of 8
+  consecutive inputs, all 256 subset sums are built with one addition each (`byte_tables`), and a unit's
+  Σ_{W=+1} x is the sum of the table entries its weight bytes select (K/8 additions instead of K).
+* **Exact agreement with output_ebp_d.** Hidden-layer and output sums are exact integers, computed as
+  output_ebp_d computes them (p·S + b in float64). The first layer's real sums are rounded in another order than
+  BLAS's, so a unit whose pre-activation lies within a rigorous rounding bound of 0 (`near_tie_tolerance`) is
+  decided by the exact rational sum instead (`exact_pre_activation`), and counted.
+
+Readable numpy first (`engine="numpy"`); the same computation as numba kernels at the end of the file
+(`engine="numba"`, measured faster by scripts/binary_inference.py and tested against the numpy version).
+Only public names of ebp_lib are used.
+"""
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+FORMAT_NAME = "ebp-binary-packed"
+FORMAT_VERSION = 1
+WORD_BITS = 64
+ENGINES = ("numpy", "numba")
+UNIT_ROUNDOFF = np.finfo(np.float64).eps / 2  # u = 2^-53
+NEAR_TIE_SAFETY = 16  # the tolerance is this many times (K + 2)·u·(p·Σ|x| + |b|), several times the error bounds
+
+
+class PackedFormatError(ValueError):
+    """A packed-network file that this loader cannot or will not read (names the file and what was wrong)."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bits: rows of booleans <-> rows of uint64 words
+# ----------------------------------------------------------------------------------------------------------
+
+def n_words(n_bits: int) -> int:
+    """Words of 64 bits needed for n_bits (the last word is padded with 0 bits)."""
+    return -(-int(n_bits) // WORD_BITS)
+
+
+def pack_bits(bits) -> np.ndarray:
+    """(..., K) booleans -> (..., ceil(K/64)) uint64; element i is bit i % 64 of word i // 64, padding bits 0."""
+    bits = np.asarray(bits, dtype=bool)
+    k = bits.shape[-1]
+    padded = np.zeros(bits.shape[:-1] + (n_words(k) * WORD_BITS,), dtype=bool)
+    padded[..., :k] = bits
+    return np.packbits(padded, axis=-1, bitorder="little").view("<u8").astype(np.uint64, copy=False)
+
+
+def unpack_bits(words: np.ndarray, n_bits: int) -> np.ndarray:
+    """Inverse of pack_bits: (..., words) uint64 -> (..., n_bits) booleans."""
+    as_bytes = np.ascontiguousarray(words, dtype="<u8").view(np.uint8)
+    return np.unpackbits(as_bytes, axis=-1, count=n_bits, bitorder="little").astype(bool)
+
+
+def word_bytes(words: np.ndarray, n_bits: int) -> np.ndarray:
+    """The bytes of packed rows, little-endian: byte j holds inputs 8j..8j+7 (bit k = input 8j+k); only the
+    ceil(K/8) bytes that hold inputs are kept."""
+    return np.ascontiguousarray(np.ascontiguousarray(words, dtype="<u8").view(np.uint8)[..., :-(-int(n_bits) // 8)])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The packed network
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclass
+class PackedLayer:
+    """One layer of a deployed binary network.
+
+    signs (V, words) uint64: bit i of row v is 1 where W_vi = +1, 0 where W_vi = −1, where the weight is not
+    connected, and in the padding. connected (V, words) uint64 or None: 1 where W_vi ≠ 0 (None: every one of the K
+    inputs is connected). b (V,) float64: the real bias. n_inputs: K.
+    """
+    signs: np.ndarray
+    connected: np.ndarray | None
+    b: np.ndarray
+    n_inputs: int
+    # derived, not stored: connected inputs per unit |M_v| (K without a mask), and the row bytes where W = +1 and
+    # where W = −1 (minus is None without a mask: there Σ_{W=−1} x = Σ x − Σ_{W=+1} x)
+    fan_in: np.ndarray = field(init=False, repr=False)
+    plus_bytes: np.ndarray = field(init=False, repr=False)
+    minus_bytes: np.ndarray | None = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.plus_bytes = word_bytes(self.signs, self.n_inputs)
+        if self.connected is None:
+            self.fan_in = np.full(len(self.signs), self.n_inputs, dtype=np.int64)
+            self.minus_bytes = None
+        else:
+            self.fan_in = np.bitwise_count(self.connected).sum(axis=1, dtype=np.int64)
+            self.minus_bytes = word_bytes(self.connected & ~self.signs, self.n_inputs)
+
+    @property
+    def n_units(self) -> int:
+        return len(self.signs)
+
+    def weights(self) -> np.ndarray:
+        """The EBP-D weights as a (V, K) float64 matrix of −1, 0, +1 (for checks, not for inference)."""
+        w = np.where(unpack_bits(self.signs, self.n_inputs), 1.0, -1.0)
+        return w if self.connected is None else w * unpack_bits(self.connected, self.n_inputs)
+
+
+@dataclass
+class PackedNetwork:
+    """A deployed binary network: its layers, the scale p of W v (keep probability under sampled dropout, else 1)
+    and a description of where it came from (architecture, input side, dropout, keep; not used by inference)."""
+    layers: list[PackedLayer]
+    scale: float
+    source: dict
+
+    @property
+    def sizes(self) -> list[int]:
+        return [self.layers[0].n_inputs] + [layer.n_units for layer in self.layers]
+
+
+def export_network(net) -> PackedNetwork:
+    """Pack a trained binary ebp_lib.Network for EBP-D inference: W = sign(h) (times the mask), b, the scale p.
+
+    Refuses a real-weight network (EBP-D multiplies by the real means h, which have no ±1 form) and non-finite h
+    or b. A layer gets a `connected` plane only if some EBP-D weight is 0 (off the mask, or h exactly 0).
+    """
+    if net.weights != "binary":
+        raise ValueError(f"cannot pack a {net.weights!r}-weight network: its EBP-D output multiplies by the real "
+                         f"means h, which have no ±1 form; only binary networks (weights='binary') can be packed")
+    layers = []
+    for k, layer in enumerate(net.layers):
+        if not (np.all(np.isfinite(layer.h)) and np.all(np.isfinite(layer.b))):
+            raise ValueError(f"layer {k + 1} has non-finite h or b: there is no sign to pack; retrain or restore "
+                             f"the network from a checkpoint")
+        w = np.sign(layer.h)
+        if layer.mask is not None:
+            w = w * layer.mask
+        connected = pack_bits(w != 0) if np.any(w == 0) else None
+        layers.append(PackedLayer(pack_bits(w > 0), connected, layer.b.astype(np.float64), layer.h.shape[1]))
+    scale = float(net.keep) if net.dropout == "sampled" else 1.0
+    source = {"architecture": net.architecture, "input_side": net.input_side, "dropout": net.dropout,
+              "keep": net.keep, "h_dtype": str(net.layers[0].h.dtype)}
+    return PackedNetwork(layers, scale, source)
+
+
+def model_bytes(packed: PackedNetwork) -> dict:
+    """Bytes of the packed arrays: sign planes, mask planes, biases (float64), and their total."""
+    signs = sum(layer.signs.nbytes for layer in packed.layers)
+    masks = sum(layer.connected.nbytes for layer in packed.layers if layer.connected is not None)
+    biases = sum(layer.b.nbytes for layer in packed.layers)
+    return {"signs": signs, "masks": masks, "biases": biases, "total": signs + masks + biases}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The versioned .npz format
+# ----------------------------------------------------------------------------------------------------------
+
+def save_packed(path, packed: PackedNetwork) -> None:
+    """Write a packed network as .npz (format FORMAT_VERSION), atomically: an interrupted save loses nothing.
+
+    Arrays: header (JSON: format, version, scale, per layer n_inputs / n_units / whether it has a mask plane,
+    source), signs{k} and connected{k} (uint64), b{k} (float64).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "scale": packed.scale, "source": packed.source,
+              "layers": [{"n_inputs": layer.n_inputs, "n_units": layer.n_units,
+                          "connected": layer.connected is not None} for layer in packed.layers]}
+    arrays = {"header": np.array(json.dumps(header))}
+    for k, layer in enumerate(packed.layers):
+        arrays[f"signs{k}"], arrays[f"b{k}"] = layer.signs, layer.b
+        if layer.connected is not None:
+            arrays[f"connected{k}"] = layer.connected
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _read_arrays(path) -> dict:
+    """Every array of an .npz file, read without pickles; a damaged or non-npz file is a PackedFormatError."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {name: f[name] for name in f.files}
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as e:
+        raise PackedFormatError(f"{path}: cannot be read as an .npz archive ({type(e).__name__}: {e}); the file is "
+                                f"truncated or damaged, or was not written by ebp_binary.save_packed") from None
+
+
+def _read_header(path, arrays: dict) -> dict:
+    """The JSON header, checked for the format name and version; an ebp_lib checkpoint is named as such."""
+    if "header" not in arrays:
+        if "meta" in arrays and "h0" in arrays:
+            try:
+                weights = json.loads(str(arrays["meta"]))["config"]["weights"]
+            except (ValueError, KeyError, TypeError):
+                weights = "unknown"
+            why = (" It has real weights, which have no ±1 form and cannot be packed." if weights == "real" else
+                   " Pack it with ebp_binary.save_packed(path, ebp_binary.export_network(ebp_lib.load_network(f)[0])).")
+            raise PackedFormatError(f"{path}: is an ebp_lib network checkpoint ({weights} weights, written by "
+                                    f"save_network), not a packed binary network.{why}")
+        raise PackedFormatError(f"{path}: has no 'header' array; it was not written by ebp_binary.save_packed")
+    try:
+        header = json.loads(str(arrays["header"]))
+    except ValueError as e:
+        raise PackedFormatError(f"{path}: its header is not valid JSON ({e})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        raise PackedFormatError(f"{path}: the header does not name the format {FORMAT_NAME!r}")
+    if header.get("version") != FORMAT_VERSION:
+        raise PackedFormatError(f"{path}: written in format version {header.get('version')!r}; this loader reads "
+                                f"version {FORMAT_VERSION} only. Re-export the network with this ebp_binary "
+                                f"(export_network, save_packed)")
+    return header
+
+
+def _check_array(path, arrays: dict, name: str, shape: tuple, dtype) -> np.ndarray:
+    if name not in arrays:
+        raise PackedFormatError(f"{path}: array {name!r} is missing")
+    a = arrays[name]
+    if a.dtype != np.dtype(dtype):
+        raise PackedFormatError(f"{path}: array {name!r} has dtype {a.dtype}; the format stores {np.dtype(dtype)}")
+    if a.shape != shape:
+        raise PackedFormatError(f"{path}: array {name!r} has shape {a.shape}; the header implies {shape}")
+    return a
+
+
+def _check_layer_arrays(path, k: int, signs, connected, b, n_inputs: int) -> None:
+    """Padding bits 0, sign bits only where connected, finite biases: what the popcount identities rely on."""
+    padding = ~pack_bits(np.ones(n_inputs, dtype=bool))
+    if np.any(signs & padding) or (connected is not None and np.any(connected & padding)):
+        raise PackedFormatError(f"{path}: layer {k + 1} has bits set in the padding of its last word")
+    if connected is not None and np.any(signs & ~connected):
+        raise PackedFormatError(f"{path}: layer {k + 1} has +1 sign bits on weights its mask plane marks as "
+                                f"unconnected")
+    if not np.all(np.isfinite(b)):
+        raise PackedFormatError(f"{path}: layer {k + 1} has non-finite biases")
+
+
+def load_packed(path) -> PackedNetwork:
+    """Read a packed network written by save_packed; refuses, naming the file and what was wrong, anything else:
+    another format or version, missing or extra arrays, wrong dtypes or shapes, inconsistent layer sizes, bits
+    in the padding, a scale outside (0, 1], a truncated file, an ebp_lib checkpoint."""
+    arrays = _read_arrays(path)
+    header = _read_header(path, arrays)
+    specs = header.get("layers")
+    scale = header.get("scale")
+    if not isinstance(specs, list) or not specs:
+        raise PackedFormatError(f"{path}: the header lists no layers")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1:
+        raise PackedFormatError(f"{path}: scale {scale!r} must be a number in (0, 1] (the keep probability p)")
+    layers, expected = [], {"header"}
+    for k, spec in enumerate(specs):
+        try:
+            n_inputs, n_units, has_mask = int(spec["n_inputs"]), int(spec["n_units"]), bool(spec["connected"])
+        except (KeyError, TypeError, ValueError):
+            raise PackedFormatError(f"{path}: layer {k + 1}'s header entry {spec!r} needs n_inputs, n_units, "
+                                    f"connected") from None
+        if n_inputs < 1 or n_units < 1:
+            raise PackedFormatError(f"{path}: layer {k + 1} has {n_inputs} inputs and {n_units} units")
+        if k > 0 and n_inputs != layers[-1].n_units:
+            raise PackedFormatError(f"{path}: layer {k + 1} takes {n_inputs} inputs but layer {k} has "
+                                    f"{layers[-1].n_units} units")
+        shape = (n_units, n_words(n_inputs))
+        signs = _check_array(path, arrays, f"signs{k}", shape, np.uint64)
+        connected = _check_array(path, arrays, f"connected{k}", shape, np.uint64) if has_mask else None
+        b = _check_array(path, arrays, f"b{k}", (n_units,), np.float64)
+        _check_layer_arrays(path, k, signs, connected, b, n_inputs)
+        expected |= {f"signs{k}", f"b{k}"} | ({f"connected{k}"} if has_mask else set())
+        layers.append(PackedLayer(signs, connected, b, n_inputs))
+    if set(arrays) != expected:
+        raise PackedFormatError(f"{path}: unexpected arrays {sorted(set(arrays) - expected)} for the "
+                                f"{len(specs)} layers its header lists")
+    return PackedNetwork(layers, float(scale), header.get("source", {}))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Inference, readable numpy
+# ----------------------------------------------------------------------------------------------------------
+
+def byte_tables(x: np.ndarray) -> np.ndarray:
+    """T[n, c, j] = Σ_{bits k of c} x[n, 8j + k]: all 256 subset sums of each group j of 8 consecutive inputs.
+
+    Built by doubling with one addition per entry: the entries whose highest bit is k are the entries below 2^k
+    plus x[n, 8j + k]. Inputs past K (the last group's padding) count as 0. The group index is the last axis, so
+    each addition runs over all groups at once.
+    """
+    batch, k = x.shape
+    groups = -(-k // 8)
+    padded = np.zeros((batch, groups * 8))
+    padded[:, :k] = x
+    by_bit = padded.reshape(batch, groups, 8).transpose(0, 2, 1)  # (batch, 8, groups): input 8j + bit
+    table = np.empty((batch, 256, groups))
+    table[:, 0] = 0.0
+    for bit in range(8):
+        low = 1 << bit
+        table[:, low:2 * low] = table[:, :low] + by_bit[:, bit:bit + 1]
+    return table
+
+
+def _table_sums(table: np.ndarray, row_bytes: np.ndarray) -> np.ndarray:
+    """(batch, V): Σ_j table[n, row_bytes[v, j], j], the subset sums that each unit's weight bytes select."""
+    groups = row_bytes.shape[1]
+    flat_index = row_bytes.astype(np.intp) * groups + np.arange(groups)  # into table[n] flattened
+    return np.take(table.reshape(len(table), -1), flat_index, axis=1).sum(axis=-1)
+
+
+def first_layer_sums(layer: PackedLayer, x: np.ndarray, chunk: int = 16) -> np.ndarray:
+    """Σ_i W_vi x_i on real inputs without multiplications (module docstring): 2·Σ_{W=+1} x − Σ x, or with a mask
+    plane Σ_{W=+1} x − Σ_{W=−1} x, from byte tables; `chunk` images at a time bound the memory."""
+    out = np.empty((len(x), layer.n_units))
+    for start in range(0, len(x), chunk):
+        xb = x[start:start + chunk]
+        table = byte_tables(xb)
+        positive = _table_sums(table, layer.plus_bytes)
+        if layer.minus_bytes is None:
+            out[start:start + chunk] = (positive + positive) - xb.sum(axis=1, keepdims=True)
+        else:
+            out[start:start + chunk] = positive - _table_sums(table, layer.minus_bytes)
+    return out
+
+
+def popcount_sums(layer: PackedLayer, v_words: np.ndarray, chunk: int = 64) -> np.ndarray:
+    """Σ_i W_vi v_i for ±1 inputs packed as bits (bit 1 = +1): K − 2·popcount(w XOR v), or with a mask plane
+    |M_v| − 2·popcount((w XOR v) AND m_v). Exact int64; `chunk` images at a time bound the memory."""
+    out = np.empty((len(v_words), layer.n_units), dtype=np.int64)
+    for start in range(0, len(v_words), chunk):
+        differ = layer.signs[None, :, :] ^ v_words[start:start + chunk, None, :]
+        if layer.connected is not None:
+            differ &= layer.connected
+        out[start:start + chunk] = layer.fan_in - 2 * np.bitwise_count(differ).sum(axis=-1, dtype=np.int64)
+    return out
+
+
+def near_tie_tolerance(layer: PackedLayer, x: np.ndarray, scale: float) -> np.ndarray:
+    """(batch, V): a bound on |u_packed − u_BLAS| + ... for the first layer's u = p·Σ W x + b in float64.
+
+    Any float64 summation of K terms errs by at most γ_K·Σ|terms| (γ_K ≈ K·u, u = 2^-53), whatever the order,
+    and 2·P − Σx, p·S and + b add a few roundings more. Outside this bound the float sign equals the sign of the
+    exact sum for both orders (ours and BLAS's); inside it, `exact_pre_activation` decides.
+    """
+    magnitude = scale * np.abs(x).sum(axis=1, keepdims=True) + np.abs(layer.b)
+    return NEAR_TIE_SAFETY * (layer.n_inputs + 2) * UNIT_ROUNDOFF * magnitude
+
+
+def exact_pre_activation(layer: PackedLayer, x_row: np.ndarray, unit: int, scale: float) -> Fraction:
+    """p·Σ_i W_i x_i + b for one unit and one image, in exact rational arithmetic (the near-tie decider)."""
+    w = layer.weights()[unit] if layer.connected is not None else np.where(
+        unpack_bits(layer.signs[unit], layer.n_inputs), 1, -1)
+    total = sum((Fraction(float(xi)) if wi > 0 else -Fraction(float(xi))) for xi, wi in zip(x_row, w) if wi != 0)
+    return Fraction(scale) * total + Fraction(float(layer.b[unit]))
+
+
+def first_layer_signs(layer: PackedLayer, x: np.ndarray, sums: np.ndarray, scale: float) -> tuple[np.ndarray, int]:
+    """The first hidden layer's units, u = p·S + b ≥ 0 (+1 at 0), as booleans, with near-ties (|u| within
+    near_tie_tolerance) decided by the exact sum; returns them and the number of near-ties."""
+    u = scale * sums + layer.b
+    plus = u >= 0
+    near = np.argwhere(np.abs(u) <= near_tie_tolerance(layer, x, scale))
+    for n, v in near:
+        plus[n, v] = exact_pre_activation(layer, x[n], v, scale) >= 0
+    return plus, len(near)
+
+
+def _check_inputs(packed: PackedNetwork, x) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[1] != packed.layers[0].n_inputs:
+        raise ValueError(f"inputs have shape {x.shape}; this network needs (n, {packed.layers[0].n_inputs}) "
+                         f"(flattened, standardised images as ebp_lib.load_dataset gives them)")
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def output_sums(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | None = None) -> np.ndarray:
+    """The last layer's pre-activations p·(W v) + b (float64, (n, classes)): EBP-D from the packed form.
+
+    x: (n, K) standardised images; they are used in float64, as output_ebp_d uses float64 images.
+    engine: "numpy" (readable) or "numba" (the compiled kernels below; same results). If `counts` is a dict,
+    counts["near_ties"] is increased by the first-layer units decided by the exact sum.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {ENGINES}")
+    x = _check_inputs(packed, x)
+    p, first = packed.scale, packed.layers[0]
+    sums = first_layer_sums(first, x) if engine == "numpy" else _numba_first_layer_sums(first, x)
+    if len(packed.layers) == 1:  # no hidden layer: the output is the real sum itself
+        return p * sums + first.b
+    plus, near_ties = first_layer_signs(first, x, sums, p)
+    if counts is not None:
+        counts["near_ties"] = counts.get("near_ties", 0) + near_ties
+    v = pack_bits(plus)
+    count = popcount_sums if engine == "numpy" else _numba_popcount_sums
+    for layer in packed.layers[1:-1]:
+        v = pack_bits(p * count(layer, v) + layer.b >= 0)
+    last = packed.layers[-1]
+    return p * count(last, v) + last.b
+
+
+def predict(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | None = None) -> np.ndarray:
+    """Predicted classes: argmax of the last layer's sums (as output_ebp_d(net, x).argmax(1))."""
+    return output_sums(packed, x, engine, counts).argmax(axis=1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Compiled kernels (numba): the same two sums, one image and one unit at a time, without temporaries.
+# Measured faster than the numpy versions above by scripts/binary_inference.py (outputs/binary_inference.json);
+# tests/test_binary_inference.py checks them against the numpy versions. No fastmath: the float64 operations
+# must be the ones written (no reassociation, no fused multiply-add).
+# ----------------------------------------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _popcount64(word):
+    """Bits set in a uint64 (the SWAR count; LLVM recognises the idiom and emits the popcnt instruction)."""
+    word = word - ((word >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    word = (word & np.uint64(0x3333333333333333)) + ((word >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    word = (word + (word >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return (word * np.uint64(0x0101010101010101)) >> np.uint64(56)
+
+
+@njit(cache=True, nogil=True)
+def _popcount_sums_kernel(signs, connected, has_mask, fan_in, v_words, out):
+    """popcount_sums, one image and one unit at a time."""
+    for n in range(v_words.shape[0]):
+        for unit in range(signs.shape[0]):
+            differ = np.uint64(0)
+            for j in range(signs.shape[1]):
+                word = signs[unit, j] ^ v_words[n, j]
+                if has_mask:
+                    word &= connected[unit, j]
+                differ += _popcount64(word)
+            out[n, unit] = fan_in[unit] - 2 * np.int64(differ)
+
+
+@njit(cache=True, nogil=True)
+def _first_layer_sums_kernel(x, plus, minus, has_mask, out):
+    """first_layer_sums, one image at a time: its byte tables (byte_tables), then one unit at a time."""
+    batch, k = x.shape
+    groups = plus.shape[1]
+    table = np.empty((groups, 256))
+    for n in range(batch):
+        for j in range(groups):
+            table[j, 0] = 0.0
+            for bit in range(8):
+                low = 1 << bit
+                xi = x[n, 8 * j + bit] if 8 * j + bit < k else 0.0
+                for c in range(low):
+                    table[j, low + c] = table[j, c] + xi
+        total = 0.0
+        for i in range(k):
+            total += x[n, i]
+        for unit in range(plus.shape[0]):
+            positive = 0.0
+            for j in range(groups):
+                positive += table[j, plus[unit, j]]
+            if has_mask:
+                negative = 0.0
+                for j in range(groups):
+                    negative += table[j, minus[unit, j]]
+                out[n, unit] = positive - negative
+            else:
+                out[n, unit] = (positive + positive) - total
+
+
+def _numba_popcount_sums(layer: PackedLayer, v_words: np.ndarray) -> np.ndarray:
+    """popcount_sums by the compiled kernel."""
+    out = np.empty((len(v_words), layer.n_units), dtype=np.int64)
+    connected = layer.signs if layer.connected is None else layer.connected  # not read without a mask
+    _popcount_sums_kernel(layer.signs, connected, layer.connected is not None, layer.fan_in,
+                          np.ascontiguousarray(v_words), out)
+    return out
+
+
+def _numba_first_layer_sums(layer: PackedLayer, x: np.ndarray) -> np.ndarray:
+    """first_layer_sums by the compiled kernel."""
+    minus = layer.plus_bytes if layer.minus_bytes is None else layer.minus_bytes  # not read without a mask
+    out = np.empty((len(x), layer.n_units))
+    _first_layer_sums_kernel(x, layer.plus_bytes, minus, layer.minus_bytes is not None, out)
+    return out
