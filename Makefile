@@ -4,7 +4,10 @@
 #                    paper's protocol) with scripts/run_tables.py, skipping finished runs, and render them in
 #                    notebooks/tables.ipynb
 #   make test        set up, then run the whole test suite (pytest: tests/ and notebooks/ through nbval)
-# Also: make demo (one short training run), make benchmark (fast engine against the reference).
+# Also: make lab (JupyterLab on the notebooks), make demo (one short training run), make benchmark (fast engine
+# against the reference), make test-portability (the suite under other OpenBLAS / numba / numpy kernels).
+# No command rewrites a tracked file unless asked: the benchmark writes .cache/benchmark.json (BENCHMARK_OUT=... to
+# change it, e.g. outputs/benchmark.json to record a new benchmark).
 
 # python3.11 if it runs, else python3.
 BOOTSTRAP_PYTHON := $(shell for p in python3.11 python3; do $$p -c 'import sys' >/dev/null 2>&1 && { echo $$p; break; }; done)
@@ -19,7 +22,7 @@ THREADS_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=$${OP
 
 PROFILE ?= quick
 
-.PHONY: reproduce demo benchmark test venv clean-venv
+.PHONY: reproduce lab demo benchmark test test-portability venv clean-venv
 
 reproduce: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) $(RUN_ARGS)
@@ -29,8 +32,13 @@ reproduce: $(STAMP)
 demo: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/demo.py
 
+BENCHMARK_OUT ?= .cache/benchmark.json
+
+lab: $(STAMP)
+	$(PYTHON) -m jupyter lab notebooks/
+
 benchmark: $(STAMP)
-	$(THREADS_ENV) $(PYTHON) scripts/benchmark.py
+	$(THREADS_ENV) $(PYTHON) scripts/benchmark.py --out $(BENCHMARK_OUT)
 
 # Serial by default. `make test PYTEST_ARGS="-n 2 --dist loadfile"` runs two pytest-xdist workers (loadfile keeps
 # each notebook's cells on one worker and kernel; plain -n 2 would split a notebook across workers). Measured on
@@ -39,6 +47,13 @@ benchmark: $(STAMP)
 # racing the timing-sensitive kill-and-resume test against a second worker.
 test: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) -m pytest --durations=15 $(PYTEST_ARGS)
+
+# The whole suite under other kernel selections (OPENBLAS_CORETYPE, NUMBA_CPU_NAME, NPY_DISABLE_CPU_FEATURES),
+# one after another (about 4x the time of `make test`); PORTABILITY_OUT=outputs/portability.json records it.
+PORTABILITY_OUT ?= .cache/portability.json
+
+test-portability: $(STAMP)
+	$(THREADS_ENV) $(PYTHON) scripts/portability.py --output $(PORTABILITY_OUT) -- $(PYTEST_ARGS)
 
 venv: $(STAMP)
 
