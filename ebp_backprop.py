@@ -470,3 +470,222 @@ def run_state(folder, params: dict) -> str:
     if result.get("learning_rate") is None:
         return f"grid {len(result['learning_rate_grid']['points'])}/{len(params['learning_rate_grid'])}"
     return f"epoch {result['epochs_done']}/{params['epochs']} at rate {result['learning_rate']:g}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# EBP against backprop (notebooks/comparison.ipynb): reads result.json files only
+# ----------------------------------------------------------------------------------------------------------
+
+TABLE2_ARCHITECTURES = ("200", "400", "600", "800", "1000", "200-200", "400-400", "600-600", "800-800")
+EBP_OUTPUTS = (("binary", "test_ebp_p", "B-EBP-P"), ("binary", "test_ebp_d", "B-EBP-D"),
+               ("real", "test_ebp_p", "R-EBP-P"), ("real", "test_ebp_d", "R-EBP-D"))
+NOT_RUN = "not run yet"
+ROW_ORDER = ("tanh-200", "tanh-400", "tanh-500-l2", "tanh-600", "tanh-800", "tanh-1000", "tanh-200-200",
+             "tanh-400-400", "tanh-600-600", "tanh-800-800")
+
+
+def _ebp_key(result: dict) -> tuple:
+    """Most complete first: the paper's protocol finished, then training images seen, then finished."""
+    return (result.get("protocol") == "paper" and bool(result.get("finished")),
+            result["epochs_done"] * result["n_train_images"], bool(result.get("finished")))
+
+
+def ebp_table2_results(results: list[dict], dataset: str) -> dict:
+    """(architecture, weights) -> the most complete EBP run without dropout on `dataset` (Table 2's setting:
+    per-pixel standardisation, reference initialisation), from result.json contents."""
+    best = {}
+    for r in results:
+        p = r.get("parameters", {})
+        if (r.get("method", "ebp") != "ebp" or p.get("dataset") != dataset or p.get("dropout") is not None
+                or p.get("architecture") not in TABLE2_ARCHITECTURES or p.get("preprocessing") != "pixel"
+                or p.get("std_floor") != 0 or p.get("init_scale") != 1 or not r.get("epochs_done")):
+            continue
+        key = (p["architecture"], p["weights"])
+        if key not in best or _ebp_key(r) > _ebp_key(best[key]):
+            best[key] = r
+    return best
+
+
+def backprop_results(results: list[dict], dataset: str) -> dict:
+    """config -> the most complete backprop run on `dataset` (finished first, then epochs done)."""
+    best = {}
+    for r in results:
+        p = r.get("parameters", {})
+        if r.get("method") != "backprop" or p.get("dataset") != dataset:
+            continue
+        rank = (bool(r.get("finished")), r.get("epochs_done", 0))
+        if p["config"] not in best or rank > (bool(best[p["config"]]["finished"]), best[p["config"]]["epochs_done"]):
+            best[p["config"]] = r
+    return best
+
+
+def percent(fraction) -> str:
+    """A stored error fraction as a percentage with 2 decimals (errors on 10,000 test images are exact there)."""
+    return f"{100 * fraction:.2f}"
+
+
+def ebp_cell(result: dict | None, output: str) -> str:
+    """An EBP table cell: the test error, with how far the run got unless it is the paper's protocol, finished."""
+    if result is None or not result.get("final"):
+        return NOT_RUN
+    text = percent(result["final"][output])
+    if not (result.get("protocol") == "paper" and result.get("finished")):
+        p = result["parameters"]
+        text += f" ({result['epochs_done']}/{p['epochs']} ep, {result['n_train_images']:,} images)"
+    return text
+
+
+def backprop_cell(result: dict | None) -> str:
+    """A backprop table cell: the test error after the last epoch run, with epochs if unfinished."""
+    if result is None:
+        return NOT_RUN
+    if not result.get("final"):
+        return f"{NOT_RUN} (learning-rate grid {len(result['learning_rate_grid']['points'])}/" \
+               f"{len(result['parameters']['learning_rate_grid'])})"
+    text = percent(result["final"]["test_error"])
+    p = result["parameters"]
+    if not result.get("finished"):
+        text += f" ({result['epochs_done']}/{p['epochs']} ep)"
+    if p["n_train"] is not None:
+        text += f" ({p['n_train']:,} images)"
+    return text
+
+
+def architecture_label(architecture: str) -> str:
+    sizes = hidden_layers(architecture)
+    return str(sizes[0]) if len(sizes) == 1 else "[" + ", ".join(map(str, sizes)) + "]"
+
+
+def comparison_rows(ebp_results: list[dict], bp_results: list[dict], dataset: str) -> list[list[str]]:
+    """Rows of the comparison table of one dataset: architecture, the four EBP outputs, backprop (ours), the
+    paper's quoted backprop number (MNIST only). The L2 configuration gets its own row beside 500 units."""
+    ebp, bp = ebp_table2_results(ebp_results, dataset), backprop_results(bp_results, dataset)
+    rows = []
+    for config in ROW_ORDER:
+        spec = CONFIGS[config]
+        label = architecture_label(spec["architecture"])
+        if spec["l2"]:
+            label += ", L2 only (paper: L1 + L2)"
+            ebp_cells = ["—"] * len(EBP_OUTPUTS)
+        else:
+            ebp_cells = [ebp_cell(ebp.get((spec["architecture"], w)), out) for w, out, _ in EBP_OUTPUTS]
+        paper = f"{spec['paper_error']:.2f}" if spec["paper_error"] is not None and dataset == "mnist" else "—"
+        rows.append([label, *ebp_cells, backprop_cell(bp.get(config)), paper])
+    return rows
+
+
+def comparison_table(ebp_results: list[dict], bp_results: list[dict], dataset: str) -> str:
+    """The comparison of one dataset as a Markdown table (test error, %)."""
+    header = ["hidden units", *[label for _, _, label in EBP_OUTPUTS], "backprop (ours)",
+              "backprop quoted by the paper"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in comparison_rows(ebp_results, bp_results, dataset)]
+    return "\n".join(lines)
+
+
+def grid_table(bp_results: list[dict]) -> str:
+    """Every backprop run's learning-rate grid: validation error (%) after the grid's last epoch per rate,
+    the chosen rate, and the test error of the final training."""
+    runs = [r for r in bp_results if r.get("method") == "backprop"]
+    rates = sorted({p["learning_rate"] for r in runs for p in r["learning_rate_grid"]["points"]})
+    header = ["dataset", "config", *[f"lr {r:g}" for r in rates], "chosen", "epochs", "test error", "train error"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in sorted(runs, key=lambda r: (DATASETS.index(r["parameters"]["dataset"]),
+                                         list(CONFIGS).index(r["parameters"]["config"]))):
+        val = {p["learning_rate"]: p["validation_error"][-1] for p in r["learning_rate_grid"]["points"]}
+        final = r.get("final") or {}
+        lines.append("| " + " | ".join([
+            r["parameters"]["dataset"],
+            r["parameters"]["config"] + (" (L2 only)" if r["parameters"]["l2"] else ""),
+            *[percent(val[x]) if x in val else "—" for x in rates],
+            "—" if r["learning_rate"] is None else f"{r['learning_rate']:g}",
+            f"{r['epochs_done']}/{r['parameters']['epochs']}",
+            percent(final["test_error"]) if final else "—", percent(final["train_error"]) if final else "—"]) + " |")
+    return "\n".join(lines)
+
+
+def width_series(ebp_results: list[dict], bp_results: list[dict], dataset: str) -> dict:
+    """method -> {n_layers: [(width, test error %), ...]} for the test-error-vs-width figure."""
+    ebp, bp = ebp_table2_results(ebp_results, dataset), backprop_results(bp_results, dataset)
+    series = {}
+    for weights, output, label in EBP_OUTPUTS:
+        for (architecture, w), r in ebp.items():
+            if w == weights and r.get("final"):
+                sizes = hidden_layers(architecture)
+                series.setdefault(label, {}).setdefault(len(sizes), []).append(
+                    (sizes[0], 100 * r["final"][output]))
+    for config, r in bp.items():
+        if CONFIGS[config]["l2"] == 0 and r.get("final"):
+            sizes = hidden_layers(CONFIGS[config]["architecture"])
+            series.setdefault("backprop", {}).setdefault(len(sizes), []).append(
+                (sizes[0], 100 * r["final"]["test_error"]))
+    return {m: {n: sorted(points) for n, points in by_n.items()} for m, by_n in series.items()}
+
+
+def plot_width(ax, ebp_results: list[dict], bp_results: list[dict], dataset: str) -> None:
+    """Test error vs hidden units per layer: one colour per method, solid one hidden layer, dashed two; the L2
+    backprop run and (MNIST) the paper's two quoted backprop numbers as separate markers."""
+    colours = {"B-EBP-P": "tab:blue", "B-EBP-D": "tab:cyan", "R-EBP-P": "tab:red", "R-EBP-D": "tab:orange",
+               "backprop": "black"}
+    series = width_series(ebp_results, bp_results, dataset)
+    for method, by_n in series.items():
+        for n, points in sorted(by_n.items()):
+            x, y = zip(*points)
+            ax.plot(x, y, "o-" if n == 1 else "s--", color=colours[method], ms=4,
+                    label=f"{method}, {n} hidden layer{'s' if n > 1 else ''}")
+    l2 = backprop_results(bp_results, dataset).get("tanh-500-l2")
+    if l2 is not None and l2.get("final"):
+        ax.plot([500], [100 * l2["final"]["test_error"]], "D", color="black", mfc="white",
+                label="backprop 500, L2 only (ours)")
+    if dataset == "mnist":
+        for config in PAPER_CONFIGS:
+            spec = CONFIGS[config]
+            ax.plot([hidden_layers(spec["architecture"])[0]], [spec["paper_error"]], "*", color="green", ms=12,
+                    label="backprop quoted by the paper" if config == PAPER_CONFIGS[0] else None)
+    if not series:
+        ax.text(0.5, 0.5, NOT_RUN, transform=ax.transAxes, ha="center")
+    ax.set(title=dataset, xlabel="hidden units per layer", ylabel="test error (%)", xticks=[200, 400, 600, 800, 1000])
+
+
+class Markdown:
+    """Markdown that Jupyter renders, with the same text as its plain-text form (which nbval compares)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _repr_markdown_(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def headline(ebp_results: list[dict], bp_results: list[dict], dataset: str) -> str:
+    """EBP's best one-hidden-layer result of each output against backprop at the paper's two sizes, in words."""
+    ebp, bp = ebp_table2_results(ebp_results, dataset), backprop_results(bp_results, dataset)
+    lines = []
+    for config in PAPER_CONFIGS:
+        spec, r = CONFIGS[config], bp.get(config)
+        ours = _with_percent(backprop_cell(r))
+        quoted = f"; the paper quotes {spec['paper_error']:.2f}%" if dataset == "mnist" else ""
+        reg = ", L2 only" if spec["l2"] else ""
+        lines.append(f"backprop {architecture_label(spec['architecture'])}{reg} (ours): {ours}{quoted}")
+    for weights, output, label in EBP_OUTPUTS:
+        runs = {a: r for (a, w), r in ebp.items() if w == weights and r.get("final")}
+        if not runs:
+            lines.append(f"{label}: {NOT_RUN}")
+            continue
+        best = min(runs, key=lambda a: (runs[a]["final"][output], TABLE2_ARCHITECTURES.index(a)))
+        lines.append(f"{label}: at 800 hidden units {_with_percent(ebp_cell(runs.get('800'), output))}; best of "
+                     f"Table 2 {_with_percent(ebp_cell(runs[best], output))} at {architecture_label(best)}")
+    return "\n".join(lines)
+
+
+def _with_percent(cell: str) -> str:
+    """'2.22' -> '2.22%', '2.22 (59/120 ep)' -> '2.22% (59/120 ep)'; 'not run yet' unchanged."""
+    number, _, rest = cell.partition(" ")
+    try:
+        float(number)
+    except ValueError:
+        return cell
+    return f"{number}%" + (f" {rest}" if rest else "")
