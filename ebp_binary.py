@@ -105,15 +105,22 @@ class PackedLayer:
     fan_in: np.ndarray = field(init=False, repr=False)
     plus_bytes: np.ndarray = field(init=False, repr=False)
     minus_bytes: np.ndarray | None = field(init=False, repr=False)
+    byte_span: np.ndarray = field(init=False, repr=False)  # (V, 2): first and last + 1 byte with a connected input
 
     def __post_init__(self):
         self.plus_bytes = word_bytes(self.signs, self.n_inputs)
+        n_bytes = self.plus_bytes.shape[1]
         if self.connected is None:
             self.fan_in = np.full(len(self.signs), self.n_inputs, dtype=np.int64)
             self.minus_bytes = None
+            self.byte_span = np.tile(np.array([0, n_bytes], dtype=np.int64), (len(self.signs), 1))
         else:
             self.fan_in = np.bitwise_count(self.connected).sum(axis=1, dtype=np.int64)
             self.minus_bytes = word_bytes(self.connected & ~self.signs, self.n_inputs)
+            used = word_bytes(self.connected, self.n_inputs) != 0
+            first = np.where(used.any(axis=1), used.argmax(axis=1), 0)
+            last = np.where(used.any(axis=1), n_bytes - used[:, ::-1].argmax(axis=1), 0)
+            self.byte_span = np.stack([first, last], axis=1).astype(np.int64)
 
     @property
     def n_units(self) -> int:
@@ -394,25 +401,31 @@ def output_sums(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | 
     """The last layer's pre-activations p·(W v) + b (float64, (n, classes)): EBP-D from the packed form.
 
     x: (n, K) standardised images; they are used in float64, as output_ebp_d uses float64 images.
-    engine: "numpy" (readable) or "numba" (the compiled kernels below; same results). If `counts` is a dict,
-    counts["near_ties"] is increased by the first-layer units decided by the exact sum.
+    engine: "numpy" (readable, below) or "numba" (the compiled kernels at the end; the same numbers). If `counts`
+    is a dict, counts["near_ties"] is increased by the first-layer units decided by the exact sum.
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {ENGINES}")
     x = _check_inputs(packed, x)
-    p, first = packed.scale, packed.layers[0]
-    sums = first_layer_sums(first, x) if engine == "numpy" else _numba_first_layer_sums(first, x)
-    if len(packed.layers) == 1:  # no hidden layer: the output is the real sum itself
-        return p * sums + first.b
-    plus, near_ties = first_layer_signs(first, x, sums, p)
+    forward = _numpy_forward if engine == "numpy" else _numba_forward
+    sums, near_ties = forward(packed, x)
     if counts is not None:
         counts["near_ties"] = counts.get("near_ties", 0) + near_ties
+    return sums
+
+
+def _numpy_forward(packed: PackedNetwork, x: np.ndarray) -> tuple[np.ndarray, int]:
+    """output_sums in numpy: the first layer by byte tables, the others by XNOR + popcount; and the near-ties."""
+    p, first = packed.scale, packed.layers[0]
+    sums = first_layer_sums(first, x)
+    if len(packed.layers) == 1:  # no hidden layer: the output is the real sum itself
+        return p * sums + first.b, 0
+    plus, near_ties = first_layer_signs(first, x, sums, p)
     v = pack_bits(plus)
-    count = popcount_sums if engine == "numpy" else _numba_popcount_sums
     for layer in packed.layers[1:-1]:
-        v = pack_bits(p * count(layer, v) + layer.b >= 0)
+        v = pack_bits(p * popcount_sums(layer, v) + layer.b >= 0)
     last = packed.layers[-1]
-    return p * count(last, v) + last.b
+    return p * popcount_sums(last, v) + last.b, near_ties
 
 
 def predict(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | None = None) -> np.ndarray:
@@ -421,10 +434,13 @@ def predict(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | None
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Compiled kernels (numba): the same two sums, one image and one unit at a time, without temporaries.
-# Measured faster than the numpy versions above by scripts/binary_inference.py (outputs/binary_inference.json);
-# tests/test_binary_inference.py checks them against the numpy versions. No fastmath: the float64 operations
-# must be the ones written (no reassociation, no fused multiply-add).
+# Compiled kernels (numba): the same computation one image and one unit at a time, without temporaries, and
+# with the threshold and the packing of each hidden layer fused into the loop that computes its sums. A unit
+# of a masked first layer reads only the bytes between its first and last connected input (`byte_span`; the
+# bytes outside hold no weight and would add T[0] = 0). Measured faster than the numpy engine by
+# scripts/binary_inference.py (outputs/binary_inference.json); tests/test_binary_inference.py checks both
+# engines against output_ebp_d and each other. No fastmath: the float64 operations must be the ones written
+# (no reassociation, no fused multiply-add), so p·S + b is rounded exactly as in output_ebp_d.
 # ----------------------------------------------------------------------------------------------------------
 
 @njit(cache=True, nogil=True)
@@ -437,22 +453,38 @@ def _popcount64(word):
 
 
 @njit(cache=True, nogil=True)
-def _popcount_sums_kernel(signs, connected, has_mask, fan_in, v_words, out):
-    """popcount_sums, one image and one unit at a time."""
-    for n in range(v_words.shape[0]):
-        for unit in range(signs.shape[0]):
-            differ = np.uint64(0)
-            for j in range(signs.shape[1]):
-                word = signs[unit, j] ^ v_words[n, j]
-                if has_mask:
-                    word &= connected[unit, j]
-                differ += _popcount64(word)
-            out[n, unit] = fan_in[unit] - 2 * np.int64(differ)
+def _pm1_sum(signs, connected, has_mask, fan_in, v_words, n, unit):
+    """Σ_i W_unit,i v_n,i = |M| − 2·popcount((w XOR v) AND m) (popcount_sums for one image and one unit)."""
+    differ = np.uint64(0)
+    for j in range(signs.shape[1]):
+        word = signs[unit, j] ^ v_words[n, j]
+        if has_mask:
+            word &= connected[unit, j]
+        differ += _popcount64(word)
+    return fan_in[unit] - 2 * np.int64(differ)
 
 
 @njit(cache=True, nogil=True)
-def _first_layer_sums_kernel(x, plus, minus, has_mask, out):
-    """first_layer_sums, one image at a time: its byte tables (byte_tables), then one unit at a time."""
+def _popcount_sums_kernel(signs, connected, has_mask, fan_in, v_words, out):
+    """popcount_sums into out (n, V) int64."""
+    for n in range(v_words.shape[0]):
+        for unit in range(signs.shape[0]):
+            out[n, unit] = _pm1_sum(signs, connected, has_mask, fan_in, v_words, n, unit)
+
+
+@njit(cache=True, nogil=True)
+def _hidden_layer_kernel(signs, connected, has_mask, fan_in, b, scale, v_words, out_words):
+    """A hidden layer on packed ±1 inputs: bit (n, unit) of out_words (zeroed) = p·S + b ≥ 0."""
+    for n in range(v_words.shape[0]):
+        for unit in range(signs.shape[0]):
+            if scale * _pm1_sum(signs, connected, has_mask, fan_in, v_words, n, unit) + b[unit] >= 0:
+                out_words[n, unit >> 6] |= np.uint64(1) << np.uint64(unit & 63)
+
+
+@njit(cache=True, nogil=True)
+def _first_layer_sums_kernel(x, plus, minus, has_mask, span, out):
+    """first_layer_sums, one image at a time: its byte tables (byte_tables), then one unit at a time, reading
+    the unit's bytes span[unit, 0] to span[unit, 1] − 1."""
     batch, k = x.shape
     groups = plus.shape[1]
     table = np.empty((groups, 256))
@@ -469,22 +501,42 @@ def _first_layer_sums_kernel(x, plus, minus, has_mask, out):
             total += x[n, i]
         for unit in range(plus.shape[0]):
             positive = 0.0
-            for j in range(groups):
+            for j in range(span[unit, 0], span[unit, 1]):
                 positive += table[j, plus[unit, j]]
             if has_mask:
                 negative = 0.0
-                for j in range(groups):
+                for j in range(span[unit, 0], span[unit, 1]):
                     negative += table[j, minus[unit, j]]
                 out[n, unit] = positive - negative
             else:
                 out[n, unit] = (positive + positive) - total
 
 
+@njit(cache=True, nogil=True)
+def _first_layer_signs_kernel(sums, x, b, scale, n_inputs, safety, unit_roundoff, out_words, near):
+    """first_layer_signs without the exact decider: bit (n, unit) of out_words (zeroed) = p·S + b ≥ 0; the
+    (n, unit) pairs within near_tie_tolerance go to near (rows), and their count is returned."""
+    n_near = 0
+    for n in range(sums.shape[0]):
+        magnitude = 0.0
+        for i in range(x.shape[1]):
+            magnitude += abs(x[n, i])
+        magnitude *= scale
+        for unit in range(sums.shape[1]):
+            u = scale * sums[n, unit] + b[unit]
+            if u >= 0:
+                out_words[n, unit >> 6] |= np.uint64(1) << np.uint64(unit & 63)
+            if abs(u) <= safety * (n_inputs + 2) * unit_roundoff * (magnitude + abs(b[unit])):
+                if n_near < near.shape[0]:
+                    near[n_near, 0], near[n_near, 1] = n, unit
+                n_near += 1
+    return n_near
+
+
 def _numba_popcount_sums(layer: PackedLayer, v_words: np.ndarray) -> np.ndarray:
     """popcount_sums by the compiled kernel."""
     out = np.empty((len(v_words), layer.n_units), dtype=np.int64)
-    connected = layer.signs if layer.connected is None else layer.connected  # not read without a mask
-    _popcount_sums_kernel(layer.signs, connected, layer.connected is not None, layer.fan_in,
+    _popcount_sums_kernel(layer.signs, _mask_or_signs(layer), layer.connected is not None, layer.fan_in,
                           np.ascontiguousarray(v_words), out)
     return out
 
@@ -493,5 +545,43 @@ def _numba_first_layer_sums(layer: PackedLayer, x: np.ndarray) -> np.ndarray:
     """first_layer_sums by the compiled kernel."""
     minus = layer.plus_bytes if layer.minus_bytes is None else layer.minus_bytes  # not read without a mask
     out = np.empty((len(x), layer.n_units))
-    _first_layer_sums_kernel(x, layer.plus_bytes, minus, layer.minus_bytes is not None, out)
+    _first_layer_sums_kernel(x, layer.plus_bytes, minus, layer.minus_bytes is not None, layer.byte_span, out)
     return out
+
+
+def _mask_or_signs(layer: PackedLayer) -> np.ndarray:
+    return layer.signs if layer.connected is None else layer.connected  # the kernels skip it without a mask
+
+
+def _numba_first_layer_words(layer: PackedLayer, x: np.ndarray, scale: float) -> tuple[np.ndarray, int]:
+    """The first hidden layer's units packed as words, near-ties decided by the exact sum (first_layer_signs)."""
+    sums = _numba_first_layer_sums(layer, x)
+    words = np.zeros((len(x), n_words(layer.n_units)), dtype=np.uint64)
+    near = np.empty((64, 2), dtype=np.int64)
+    n_near = _first_layer_signs_kernel(sums, x, layer.b, scale, layer.n_inputs, NEAR_TIE_SAFETY, UNIT_ROUNDOFF,
+                                       words, near)
+    if n_near > len(near):  # more near-ties than the buffer holds (never seen): decide them all in numpy
+        plus, n_near = first_layer_signs(layer, x, sums, scale)
+        return pack_bits(plus), n_near
+    for n, unit in near[:n_near]:
+        bit = np.uint64(1) << np.uint64(unit % 64)
+        if exact_pre_activation(layer, x[n], unit, scale) >= 0:
+            words[n, unit // 64] |= bit
+        else:
+            words[n, unit // 64] &= ~bit
+    return words, n_near
+
+
+def _numba_forward(packed: PackedNetwork, x: np.ndarray) -> tuple[np.ndarray, int]:
+    """_numpy_forward with the compiled kernels."""
+    p, first = packed.scale, packed.layers[0]
+    if len(packed.layers) == 1:
+        return p * _numba_first_layer_sums(first, x) + first.b, 0
+    v, near_ties = _numba_first_layer_words(first, x, p)
+    for layer in packed.layers[1:-1]:
+        out = np.zeros((len(x), n_words(layer.n_units)), dtype=np.uint64)
+        _hidden_layer_kernel(layer.signs, _mask_or_signs(layer), layer.connected is not None, layer.fan_in,
+                             layer.b, p, v, out)
+        v = out
+    last = packed.layers[-1]
+    return p * _numba_popcount_sums(last, v) + last.b, near_ties

@@ -1,0 +1,257 @@
+"""The deployed binary network (ebp_binary, issue 18): packed format, loader checks, XNOR-popcount inference.
+
+The agreement tests train small binary nets briefly with the fast engine (1 epoch on the first 3,000 MNIST
+training images) and require the packed predictions to equal output_ebp_d(net, x).argmax(1) on all 10,000 test
+images, with the last layer's sums equal to output_ebp_d's exactly (they are p·(integer) + b in both).
+"""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import ebp_binary as eb
+import ebp_lib as ebp
+
+N_TRAIN = 3000
+CASES = {  # name: (architecture, dropout)
+    "[784,800,10]": ([800, 10], None),
+    "[784,800,800,10]": ([800, 800, 10], None),
+    "block13": (ebp.paper_architecture("block13"), None),
+    "361-100 (two local layers)": (ebp.paper_architecture("361-100"), None),
+    "[784,400,400,10] sampled dropout": ([400, 400, 10], "sampled"),
+}
+
+
+@pytest.fixture(scope="module")
+def data(real_data_dir):
+    return ebp.load_dataset("mnist", n_train=N_TRAIN, data_dir=real_data_dir)
+
+
+def train(architecture, dropout, data, weights="binary"):
+    net = ebp.init_network(architecture, weights, seed=0, dropout=dropout)
+    ebp.train_epoch(net, data.x_train, data.y_train, 10, np.random.default_rng(0), engine="fast")
+    return net
+
+
+@pytest.fixture(scope="module")
+def small_binary_net(data):
+    return train([30, 10], None, data)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Agreement with output_ebp_d on the 10,000 test images
+# ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_packed_predictions_equal_ebp_d_on_all_test_images(name, data, tmp_path):
+    architecture, dropout = CASES[name]
+    net = train(architecture, dropout, data)
+    path = tmp_path / "net.packed.npz"
+    eb.save_packed(path, eb.export_network(net))
+    packed = eb.load_packed(path)  # the deployed path: export, save, load
+    assert packed.scale == (net.keep if dropout == "sampled" else 1.0)
+
+    reference = ebp.output_ebp_d(net, data.x_test)
+    counts = {}
+    sums = eb.output_sums(packed, data.x_test, engine="numba", counts=counts)
+    mismatches = int(np.sum(sums.argmax(axis=1) != reference.argmax(axis=1)))
+    assert mismatches == 0, f"{name}: {mismatches} test images predicted differently ({counts} near-ties)"
+    # every hidden unit agreed, so the output sums p·S + b are the same float64 numbers
+    np.testing.assert_array_equal(sums, reference)
+    # the readable numpy engine gives the same sums (first 1,000 images: it is slower)
+    np.testing.assert_array_equal(eb.output_sums(packed, data.x_test[:1000], engine="numpy"), reference[:1000])
+
+
+def test_the_mask_plane_marks_exactly_the_weights_off_the_mask(data):
+    net = ebp.init_network(ebp.paper_architecture("361-100"), "binary", seed=0)
+    packed = eb.export_network(net)
+    for layer, packed_layer in zip(net.layers, packed.layers):
+        assert (packed_layer.connected is not None) == (layer.mask is not None)
+        np.testing.assert_array_equal(packed_layer.weights(), np.sign(layer.h) * (layer.mask if layer.mask is not
+                                                                                  None else 1))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The identities, exactly
+# ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k", [1, 63, 65, 100, 130, 777])
+def test_xnor_popcount_equals_the_dot_product_of_pm1_vectors(k):
+    rng = np.random.default_rng(k)
+    w = rng.choice([-1, 1], size=(7, k))
+    v = rng.choice([-1, 1], size=(5, k))
+    w_words, v_words = eb.pack_bits(w > 0), eb.pack_bits(v > 0)
+    assert w_words.shape == (7, -(-k // 64)) and w_words.dtype == np.uint64
+    np.testing.assert_array_equal(eb.unpack_bits(w_words, k), w > 0)
+    popcount = np.bitwise_count(w_words[None, :, :] ^ v_words[:, None, :]).sum(axis=-1).astype(np.int64)
+    np.testing.assert_array_equal(k - 2 * popcount, v @ w.T)  # Σ W v = K − 2·popcount(w XOR v)
+    # the same through a packed layer, with and without a mask plane, on both engines
+    mask = rng.random((7, k)) < 0.6
+    for connected in (None, mask):
+        w_eff = w if connected is None else w * connected
+        layer = eb.PackedLayer(eb.pack_bits(w_eff > 0), None if connected is None else eb.pack_bits(connected),
+                               np.zeros(7), k)
+        np.testing.assert_array_equal(eb.popcount_sums(layer, v_words), v @ w_eff.T)
+        np.testing.assert_array_equal(eb._numba_popcount_sums(layer, v_words), v @ w_eff.T)
+
+
+@pytest.mark.parametrize("k", [5, 70, 784])
+def test_first_layer_sums_without_multiplications_match_the_dot_product(k):
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal((9, k)) * 3
+    w = rng.choice([-1.0, 1.0], size=(11, k))
+    mask = rng.random((11, k)) < 0.5
+    for connected in (None, mask):
+        w_eff = w if connected is None else w * connected
+        layer = eb.PackedLayer(eb.pack_bits(w_eff > 0), None if connected is None else eb.pack_bits(connected),
+                               np.zeros(11), k)
+        exact = x @ w_eff.T
+        bound = 4 * k * np.finfo(float).eps * np.abs(x).sum(axis=1, keepdims=True)  # rounding, any order
+        assert np.all(np.abs(eb.first_layer_sums(layer, x) - exact) <= bound)
+        assert np.all(np.abs(eb._numba_first_layer_sums(layer, x) - exact) <= bound)
+
+
+def test_byte_tables_hold_every_subset_sum():
+    x = np.random.default_rng(0).standard_normal((2, 11))
+    table = eb.byte_tables(x)  # (2, 256, 2 groups): the second group has 3 inputs and 5 padding zeros
+    for c in (0, 1, 5, 128, 255):
+        bits = np.array([(c >> bit) & 1 for bit in range(8)], dtype=bool)
+        padded = np.concatenate([x, np.zeros((2, 5))], axis=1)
+        for j in range(2):
+            np.testing.assert_allclose(table[:, c, j], padded[:, 8 * j:8 * j + 8][:, bits].sum(axis=1), atol=1e-14)
+
+
+def test_a_near_tie_is_decided_by_the_exact_sum():
+    """0.1 + 0.2 − 0.3 is 2^-55 exactly but 2^-54 in float64; with b = −1.5·2^-55 the exact pre-activation is
+    −2^-56 < 0 while the float one is +2^-56 > 0. The guard must count the near-tie and return the exact sign."""
+    x = np.array([[0.1, 0.2, -0.3, 0.0]])
+    b = -1.5 * 2.0 ** -55
+    layer = eb.PackedLayer(eb.pack_bits(np.array([[True, True, True, True]])), None, np.array([b]), 4)
+    sums = eb.first_layer_sums(layer, x)
+    assert sums[0, 0] + b > 0  # the float sign is wrong here ...
+    assert eb.exact_pre_activation(layer, x[0], 0, 1.0) == Fraction(-1, 2 ** 56)  # ... the exact one is −
+    plus, near_ties = eb.first_layer_signs(layer, x, sums, 1.0)
+    assert near_ties == 1 and not plus[0, 0]
+    words, near_ties = eb._numba_first_layer_words(layer, x, 1.0)  # the compiled engine's guard
+    assert near_ties == 1 and words[0, 0] == 0
+    layer.b[0] = -b  # now the float and the exact sign agree (+): still a near-tie, decided the same way
+    words, near_ties = eb._numba_first_layer_words(layer, x, 1.0)
+    assert near_ties == 1 and words[0, 0] == 1
+
+
+def test_numba_and_numpy_engines_agree_on_a_trained_net(small_binary_net, data):
+    packed = eb.export_network(small_binary_net)
+    x = data.x_test[:500]
+    np.testing.assert_array_equal(eb.output_sums(packed, x, "numba"), eb.output_sums(packed, x, "numpy"))
+    np.testing.assert_allclose(eb._numba_first_layer_sums(packed.layers[0], x),
+                               eb.first_layer_sums(packed.layers[0], x), rtol=0, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The file format: round trip, and every refusal names the file and the problem
+# ----------------------------------------------------------------------------------------------------------
+
+def rewrite(source, target, **changes):
+    """Copy a packed .npz with some arrays replaced (a value of None removes the array)."""
+    with np.load(source) as f:
+        arrays = {name: f[name] for name in f.files}
+    for name, value in changes.items():
+        if value is None:
+            arrays.pop(name)
+        else:
+            arrays[name] = value
+    np.savez(target, **arrays)
+    return target
+
+
+@pytest.fixture
+def packed_file(small_binary_net, tmp_path):
+    path = tmp_path / "good.npz"
+    eb.save_packed(path, eb.export_network(small_binary_net))
+    return path
+
+
+def test_round_trip_keeps_every_array(small_binary_net, packed_file):
+    packed, loaded = eb.export_network(small_binary_net), eb.load_packed(packed_file)
+    assert loaded.scale == packed.scale and loaded.source == packed.source and loaded.sizes == [784, 30, 10]
+    for a, b in zip(packed.layers, loaded.layers):
+        np.testing.assert_array_equal(a.signs, b.signs)
+        np.testing.assert_array_equal(a.b, b.b)
+        assert a.connected is None and b.connected is None and a.n_inputs == b.n_inputs
+
+
+def header_with(path, **changes):
+    with np.load(path) as f:
+        header = json.loads(str(f["header"]))
+    header.update(changes)
+    return np.array(json.dumps(header))
+
+
+def test_loader_refuses_another_version(packed_file, tmp_path):
+    bad = rewrite(packed_file, tmp_path / "v2.npz", header=header_with(packed_file, version=2))
+    with pytest.raises(eb.PackedFormatError, match=r"v2\.npz: written in format version 2; this loader reads "
+                                                    r"version 1"):
+        eb.load_packed(bad)
+
+
+def test_loader_refuses_a_wrong_shape(packed_file, tmp_path):
+    with np.load(packed_file) as f:
+        signs = f["signs1"]
+    bad = rewrite(packed_file, tmp_path / "shape.npz", signs1=signs[:, :0])
+    with pytest.raises(eb.PackedFormatError, match=r"shape\.npz: array 'signs1' has shape \(10, 0\); the header "
+                                                    r"implies \(10, 1\)"):
+        eb.load_packed(bad)
+    bad = rewrite(packed_file, tmp_path / "sizes.npz",
+                  header=header_with(packed_file, layers=[{"n_inputs": 784, "n_units": 30, "connected": False},
+                                                          {"n_inputs": 31, "n_units": 10, "connected": False}]))
+    with pytest.raises(eb.PackedFormatError, match=r"sizes\.npz: layer 2 takes 31 inputs but layer 1 has 30 units"):
+        eb.load_packed(bad)
+
+
+def test_loader_refuses_a_wrong_dtype(packed_file, tmp_path):
+    with np.load(packed_file) as f:
+        signs, b = f["signs0"], f["b0"]
+    bad = rewrite(packed_file, tmp_path / "dtype.npz", signs0=signs.astype(np.int64))
+    with pytest.raises(eb.PackedFormatError, match=r"dtype\.npz: array 'signs0' has dtype int64; the format "
+                                                    r"stores uint64"):
+        eb.load_packed(bad)
+    bad = rewrite(packed_file, tmp_path / "bias.npz", b0=b.astype(np.float32))
+    with pytest.raises(eb.PackedFormatError, match=r"bias\.npz: array 'b0' has dtype float32"):
+        eb.load_packed(bad)
+
+
+def test_loader_refuses_bits_in_the_padding_and_missing_arrays(packed_file, tmp_path):
+    with np.load(packed_file) as f:
+        signs = f["signs1"].copy()
+    signs[0, 0] |= np.uint64(1) << np.uint64(40)  # K = 30: bit 40 is padding
+    with pytest.raises(eb.PackedFormatError, match=r"padding\.npz: layer 2 has bits set in the padding"):
+        eb.load_packed(rewrite(packed_file, tmp_path / "padding.npz", signs1=signs))
+    with pytest.raises(eb.PackedFormatError, match=r"missing\.npz: array 'b1' is missing"):
+        eb.load_packed(rewrite(packed_file, tmp_path / "missing.npz", b1=None))
+
+
+def test_real_weight_networks_are_refused(data, tmp_path):
+    real = train([30, 10], None, data, weights="real")
+    with pytest.raises(ValueError, match="cannot pack a 'real'-weight network"):
+        eb.export_network(real)
+    checkpoint = tmp_path / "real.npz"
+    ebp.save_network(checkpoint, real)
+    with pytest.raises(eb.PackedFormatError, match=r"real\.npz: is an ebp_lib network checkpoint \(real weights.*"
+                                                    r"cannot be packed"):
+        eb.load_packed(checkpoint)
+
+
+def test_loader_refuses_a_truncated_file(packed_file, tmp_path):
+    content = packed_file.read_bytes()
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(content[:len(content) // 2])
+    with pytest.raises(eb.PackedFormatError, match=r"truncated\.npz: cannot be read as an \.npz archive.*truncated"):
+        eb.load_packed(truncated)
+
+
+def test_inputs_of_the_wrong_width_are_refused(small_binary_net):
+    with pytest.raises(ValueError, match=r"inputs have shape \(2, 783\); this network needs \(n, 784\)"):
+        eb.predict(eb.export_network(small_binary_net), np.zeros((2, 783)))
