@@ -1,4 +1,4 @@
-"""Data loading and preprocessing (ebp_lib's data section; spec §Data protocol; issue 2).
+"""Data loading and preprocessing (ebp_lib's data section; docs/maths.md §Data protocol; issue 2).
 
 Two groups:
 - the happy path on the real files (needs $EBP_DATA_DIR, skipped otherwise), with the checks published in
