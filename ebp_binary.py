@@ -105,22 +105,16 @@ class PackedLayer:
     fan_in: np.ndarray = field(init=False, repr=False)
     plus_bytes: np.ndarray = field(init=False, repr=False)
     minus_bytes: np.ndarray | None = field(init=False, repr=False)
-    byte_span: np.ndarray = field(init=False, repr=False)  # (V, 2): first and last + 1 byte with a connected input
+    _numba: dict | None = field(init=False, repr=False, default=None)  # the compiled engine's working copies
 
     def __post_init__(self):
         self.plus_bytes = word_bytes(self.signs, self.n_inputs)
-        n_bytes = self.plus_bytes.shape[1]
         if self.connected is None:
             self.fan_in = np.full(len(self.signs), self.n_inputs, dtype=np.int64)
             self.minus_bytes = None
-            self.byte_span = np.tile(np.array([0, n_bytes], dtype=np.int64), (len(self.signs), 1))
         else:
             self.fan_in = np.bitwise_count(self.connected).sum(axis=1, dtype=np.int64)
             self.minus_bytes = word_bytes(self.connected & ~self.signs, self.n_inputs)
-            used = word_bytes(self.connected, self.n_inputs) != 0
-            first = np.where(used.any(axis=1), used.argmax(axis=1), 0)
-            last = np.where(used.any(axis=1), n_bytes - used[:, ::-1].argmax(axis=1), 0)
-            self.byte_span = np.stack([first, last], axis=1).astype(np.int64)
 
     @property
     def n_units(self) -> int:
@@ -223,8 +217,9 @@ def _read_header(path, arrays: dict) -> dict:
                 weights = json.loads(str(arrays["meta"]))["config"]["weights"]
             except (ValueError, KeyError, TypeError):
                 weights = "unknown"
-            why = (" It has real weights, which have no ±1 form and cannot be packed." if weights == "real" else
-                   " Pack it with ebp_binary.save_packed(path, ebp_binary.export_network(ebp_lib.load_network(f)[0])).")
+            why = (" A real-weight network cannot be packed: its EBP-D weights are the real means h, which have no "
+                   "±1 form." if weights == "real" else " Pack it with ebp_binary.save_packed(path, "
+                   "ebp_binary.export_network(ebp_lib.load_network(checkpoint)[0])).")
             raise PackedFormatError(f"{path}: is an ebp_lib network checkpoint ({weights} weights, written by "
                                     f"save_network), not a packed binary network.{why}")
         raise PackedFormatError(f"{path}: has no 'header' array; it was not written by ebp_binary.save_packed")
@@ -360,11 +355,13 @@ def popcount_sums(layer: PackedLayer, v_words: np.ndarray, chunk: int = 64) -> n
 
 
 def near_tie_tolerance(layer: PackedLayer, x: np.ndarray, scale: float) -> np.ndarray:
-    """(batch, V): a bound on |u_packed − u_BLAS| + ... for the first layer's u = p·Σ W x + b in float64.
+    """(batch, V): the band around 0 within which the first layer's float64 u = p·Σ W x + b may have the wrong sign.
 
-    Any float64 summation of K terms errs by at most γ_K·Σ|terms| (γ_K ≈ K·u, u = 2^-53), whatever the order,
-    and 2·P − Σx, p·S and + b add a few roundings more. Outside this bound the float sign equals the sign of the
-    exact sum for both orders (ours and BLAS's); inside it, `exact_pre_activation` decides.
+    Any float64 summation of K terms, in any order, errs by at most γ_K·Σ|terms| (γ_K ≈ K·u, u = 2^-53); the
+    byte-table sums (P twice, Σx once, a subtraction) and BLAS's dot product, each followed by p· and + b, are
+    together within 4·(K + 2)·u·(p·Σ|x| + |b|) of the exact u. The band is NEAR_TIE_SAFETY = 16 times
+    (K + 2)·u·(p·Σ|x| + |b|): outside it the float sign is the exact sign for both orders (ours and BLAS's);
+    inside it, `exact_pre_activation` decides.
     """
     magnitude = scale * np.abs(x).sum(axis=1, keepdims=True) + np.abs(layer.b)
     return NEAR_TIE_SAFETY * (layer.n_inputs + 2) * UNIT_ROUNDOFF * magnitude
@@ -372,9 +369,10 @@ def near_tie_tolerance(layer: PackedLayer, x: np.ndarray, scale: float) -> np.nd
 
 def exact_pre_activation(layer: PackedLayer, x_row: np.ndarray, unit: int, scale: float) -> Fraction:
     """p·Σ_i W_i x_i + b for one unit and one image, in exact rational arithmetic (the near-tie decider)."""
-    w = layer.weights()[unit] if layer.connected is not None else np.where(
-        unpack_bits(layer.signs[unit], layer.n_inputs), 1, -1)
-    total = sum((Fraction(float(xi)) if wi > 0 else -Fraction(float(xi))) for xi, wi in zip(x_row, w) if wi != 0)
+    plus = unpack_bits(layer.signs[unit], layer.n_inputs)
+    connected = np.ones_like(plus) if layer.connected is None else unpack_bits(layer.connected[unit], layer.n_inputs)
+    total = sum((Fraction(float(xi)) if is_plus else -Fraction(float(xi)))
+                for xi, is_plus, is_connected in zip(x_row, plus, connected) if is_connected)
     return Fraction(scale) * total + Fraction(float(layer.b[unit]))
 
 
@@ -434,10 +432,10 @@ def predict(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | None
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Compiled kernels (numba): the same computation one image and one unit at a time, without temporaries, and
-# with the threshold and the packing of each hidden layer fused into the loop that computes its sums. A unit
-# of a masked first layer reads only the bytes between its first and last connected input (`byte_span`; the
-# bytes outside hold no weight and would add T[0] = 0). Measured faster than the numpy engine by
+# Compiled kernels (numba): the same computation one image at a time, without temporaries, and with the
+# threshold and the packing of each hidden layer fused into the loop that computes its sums, and the unit
+# loop innermost (weights stored transposed). A byte of a masked first layer is read only for the units with a
+# connected input in it (the others would add T[0] = 0). Measured faster than the numpy engine by
 # scripts/binary_inference.py (outputs/binary_inference.json); tests/test_binary_inference.py checks both
 # engines against output_ebp_d and each other. No fastmath: the float64 operations must be the ones written
 # (no reassociation, no fused multiply-add), so p·S + b is rounded exactly as in output_ebp_d.
@@ -453,41 +451,52 @@ def _popcount64(word):
 
 
 @njit(cache=True, nogil=True)
-def _pm1_sum(signs, connected, has_mask, fan_in, v_words, n, unit):
-    """Σ_i W_unit,i v_n,i = |M| − 2·popcount((w XOR v) AND m) (popcount_sums for one image and one unit)."""
-    differ = np.uint64(0)
-    for j in range(signs.shape[1]):
-        word = signs[unit, j] ^ v_words[n, j]
+def _count_differences(signs_t, connected_t, has_mask, v_words, n, differ):
+    """differ[unit] = Σ_j popcount((w_unit,j XOR v_n,j) AND m_unit,j) for every unit at once: the words are stored
+    transposed (word, unit) so that the unit loop is innermost and vectorises (vpopcntq on AVX-512 CPUs)."""
+    differ[:] = 0
+    for j in range(signs_t.shape[0]):
+        v = v_words[n, j]
         if has_mask:
-            word &= connected[unit, j]
-        differ += _popcount64(word)
-    return fan_in[unit] - 2 * np.int64(differ)
+            for unit in range(signs_t.shape[1]):
+                differ[unit] += _popcount64((signs_t[j, unit] ^ v) & connected_t[j, unit])
+        else:
+            for unit in range(signs_t.shape[1]):
+                differ[unit] += _popcount64(signs_t[j, unit] ^ v)
 
 
 @njit(cache=True, nogil=True)
-def _popcount_sums_kernel(signs, connected, has_mask, fan_in, v_words, out):
-    """popcount_sums into out (n, V) int64."""
+def _popcount_sums_kernel(signs_t, connected_t, has_mask, fan_in, v_words, out):
+    """popcount_sums into out (n, V) int64: |M| − 2·popcount((w XOR v) AND m)."""
+    differ = np.zeros(signs_t.shape[1], dtype=np.uint64)
     for n in range(v_words.shape[0]):
-        for unit in range(signs.shape[0]):
-            out[n, unit] = _pm1_sum(signs, connected, has_mask, fan_in, v_words, n, unit)
+        _count_differences(signs_t, connected_t, has_mask, v_words, n, differ)
+        for unit in range(signs_t.shape[1]):
+            out[n, unit] = fan_in[unit] - 2 * np.int64(differ[unit])
 
 
 @njit(cache=True, nogil=True)
-def _hidden_layer_kernel(signs, connected, has_mask, fan_in, b, scale, v_words, out_words):
+def _hidden_layer_kernel(signs_t, connected_t, has_mask, fan_in, b, scale, v_words, out_words):
     """A hidden layer on packed ±1 inputs: bit (n, unit) of out_words (zeroed) = p·S + b ≥ 0."""
+    differ = np.zeros(signs_t.shape[1], dtype=np.uint64)
     for n in range(v_words.shape[0]):
-        for unit in range(signs.shape[0]):
-            if scale * _pm1_sum(signs, connected, has_mask, fan_in, v_words, n, unit) + b[unit] >= 0:
+        _count_differences(signs_t, connected_t, has_mask, v_words, n, differ)
+        for unit in range(signs_t.shape[1]):
+            if scale * (fan_in[unit] - 2 * np.int64(differ[unit])) + b[unit] >= 0:
                 out_words[n, unit >> 6] |= np.uint64(1) << np.uint64(unit & 63)
 
 
 @njit(cache=True, nogil=True)
-def _first_layer_sums_kernel(x, plus, minus, has_mask, span, out):
-    """first_layer_sums, one image at a time: its byte tables (byte_tables), then one unit at a time, reading
-    the unit's bytes span[unit, 0] to span[unit, 1] − 1."""
+def _first_layer_sums_kernel(x, plus_t, minus_t, has_mask, unit_span, out):
+    """first_layer_sums, one image at a time: its byte tables (byte_tables), then, byte by byte, the table entries
+    that the units' weight bytes select (stored transposed, (byte, unit), so that the unit loop is innermost:
+    independent sums, no dependency chain). With a mask, byte j is read only for the units unit_span[j, 0] to
+    unit_span[j, 1] − 1, the range of units with a connected input in it."""
     batch, k = x.shape
-    groups = plus.shape[1]
+    groups, n_units = plus_t.shape
     table = np.empty((groups, 256))
+    positive = np.empty(n_units)
+    negative = np.empty(n_units)
     for n in range(batch):
         for j in range(groups):
             table[j, 0] = 0.0
@@ -496,20 +505,26 @@ def _first_layer_sums_kernel(x, plus, minus, has_mask, span, out):
                 xi = x[n, 8 * j + bit] if 8 * j + bit < k else 0.0
                 for c in range(low):
                     table[j, low + c] = table[j, c] + xi
-        total = 0.0
-        for i in range(k):
-            total += x[n, i]
-        for unit in range(plus.shape[0]):
-            positive = 0.0
-            for j in range(span[unit, 0], span[unit, 1]):
-                positive += table[j, plus[unit, j]]
+        positive[:] = 0.0
+        negative[:] = 0.0
+        for j in range(groups):
+            row = table[j]
             if has_mask:
-                negative = 0.0
-                for j in range(span[unit, 0], span[unit, 1]):
-                    negative += table[j, minus[unit, j]]
-                out[n, unit] = positive - negative
+                for unit in range(unit_span[j, 0], unit_span[j, 1]):
+                    positive[unit] += row[plus_t[j, unit]]
+                    negative[unit] += row[minus_t[j, unit]]
             else:
-                out[n, unit] = (positive + positive) - total
+                for unit in range(n_units):  # constant bounds: this loop vectorises, a variable-bounds one did not
+                    positive[unit] += row[plus_t[j, unit]]
+        if has_mask:
+            for unit in range(n_units):
+                out[n, unit] = positive[unit] - negative[unit]
+        else:
+            total = 0.0
+            for i in range(k):
+                total += x[n, i]
+            for unit in range(n_units):
+                out[n, unit] = (positive[unit] + positive[unit]) - total
 
 
 @njit(cache=True, nogil=True)
@@ -533,24 +548,43 @@ def _first_layer_signs_kernel(sums, x, b, scale, n_inputs, safety, unit_roundoff
     return n_near
 
 
+def _numba_arrays(layer: PackedLayer) -> dict:
+    """The compiled engine's working copies of a layer, made on first use and kept on it: sign and mask words and
+    first-layer bytes transposed to (word or byte, unit), and each byte's range of connected units. (The stored
+    format is row-major; where there is no mask plane the signs stand in for it, unread.)"""
+    if layer._numba is None:
+        signs_t = np.ascontiguousarray(layer.signs.T)
+        plus_t = np.ascontiguousarray(layer.plus_bytes.T)
+        if layer.connected is None:
+            connected_t, minus_t = signs_t, plus_t
+            unit_span = np.tile(np.array([0, layer.n_units], dtype=np.int64), (plus_t.shape[0], 1))
+        else:
+            connected_t = np.ascontiguousarray(layer.connected.T)
+            minus_t = np.ascontiguousarray(layer.minus_bytes.T)
+            used = word_bytes(layer.connected, layer.n_inputs).T != 0  # (byte, unit)
+            first = np.where(used.any(axis=1), used.argmax(axis=1), 0)
+            last = np.where(used.any(axis=1), layer.n_units - used[:, ::-1].argmax(axis=1), 0)
+            unit_span = np.stack([first, last], axis=1).astype(np.int64)
+        layer._numba = {"signs_t": signs_t, "connected_t": connected_t, "plus_t": plus_t, "minus_t": minus_t,
+                        "unit_span": unit_span}
+    return layer._numba
+
+
 def _numba_popcount_sums(layer: PackedLayer, v_words: np.ndarray) -> np.ndarray:
     """popcount_sums by the compiled kernel."""
+    a = _numba_arrays(layer)
     out = np.empty((len(v_words), layer.n_units), dtype=np.int64)
-    _popcount_sums_kernel(layer.signs, _mask_or_signs(layer), layer.connected is not None, layer.fan_in,
+    _popcount_sums_kernel(a["signs_t"], a["connected_t"], layer.connected is not None, layer.fan_in,
                           np.ascontiguousarray(v_words), out)
     return out
 
 
 def _numba_first_layer_sums(layer: PackedLayer, x: np.ndarray) -> np.ndarray:
     """first_layer_sums by the compiled kernel."""
-    minus = layer.plus_bytes if layer.minus_bytes is None else layer.minus_bytes  # not read without a mask
+    a = _numba_arrays(layer)
     out = np.empty((len(x), layer.n_units))
-    _first_layer_sums_kernel(x, layer.plus_bytes, minus, layer.minus_bytes is not None, layer.byte_span, out)
+    _first_layer_sums_kernel(x, a["plus_t"], a["minus_t"], layer.connected is not None, a["unit_span"], out)
     return out
-
-
-def _mask_or_signs(layer: PackedLayer) -> np.ndarray:
-    return layer.signs if layer.connected is None else layer.connected  # the kernels skip it without a mask
 
 
 def _numba_first_layer_words(layer: PackedLayer, x: np.ndarray, scale: float) -> tuple[np.ndarray, int]:
@@ -579,9 +613,10 @@ def _numba_forward(packed: PackedNetwork, x: np.ndarray) -> tuple[np.ndarray, in
         return p * _numba_first_layer_sums(first, x) + first.b, 0
     v, near_ties = _numba_first_layer_words(first, x, p)
     for layer in packed.layers[1:-1]:
+        a = _numba_arrays(layer)
         out = np.zeros((len(x), n_words(layer.n_units)), dtype=np.uint64)
-        _hidden_layer_kernel(layer.signs, _mask_or_signs(layer), layer.connected is not None, layer.fan_in,
-                             layer.b, p, v, out)
+        _hidden_layer_kernel(a["signs_t"], a["connected_t"], layer.connected is not None, layer.fan_in, layer.b, p,
+                             v, out)
         v = out
     last = packed.layers[-1]
     return p * _numba_popcount_sums(last, v) + last.b, near_ties

@@ -240,7 +240,7 @@ def test_real_weight_networks_are_refused(data, tmp_path):
     checkpoint = tmp_path / "real.npz"
     ebp.save_network(checkpoint, real)
     with pytest.raises(eb.PackedFormatError, match=r"real\.npz: is an ebp_lib network checkpoint \(real weights.*"
-                                                    r"cannot be packed"):
+                                                    r"A real-weight network cannot be packed"):
         eb.load_packed(checkpoint)
 
 
@@ -255,3 +255,11 @@ def test_loader_refuses_a_truncated_file(packed_file, tmp_path):
 def test_inputs_of_the_wrong_width_are_refused(small_binary_net):
     with pytest.raises(ValueError, match=r"inputs have shape \(2, 783\); this network needs \(n, 784\)"):
         eb.predict(eb.export_network(small_binary_net), np.zeros((2, 783)))
+
+
+def test_exact_pre_activation_with_a_mask_and_a_scale():
+    rng = np.random.default_rng(3)
+    x, w, mask = rng.standard_normal(70), rng.choice([-1.0, 1.0], size=70), rng.random(70) < 0.5
+    layer = eb.PackedLayer(eb.pack_bits([(w * mask) > 0]), eb.pack_bits([mask]), np.array([0.25]), 70)
+    exact = sum(Fraction(float(xi)) * int(wi) for xi, wi in zip(x, w * mask))
+    assert eb.exact_pre_activation(layer, x, 0, 0.8) == Fraction(0.8) * exact + Fraction(0.25)
