@@ -1,4 +1,4 @@
-"""Reproduce the coefficients of the fast engine's tanh and erf (ebp_lib._tanh32, _erf32) and measure their error.
+"""Reproduce the coefficients of the fast engine's tanh and erf (ebp_fast._tanh32, _erf32) and measure their error.
 
     python scripts/fit_rational.py
 
@@ -17,11 +17,11 @@ import numpy as np
 from scipy import special
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import ebp_lib  # noqa: E402
+import ebp_fast  # noqa: E402
 
 # name: (function, its compiled float32 version, clamp c, degree of P, degree of Q, far, iterations)
-FITS = {"tanh": (np.tanh, ebp_lib._tanh32, 7.9, 3, 4, 14.0, 800),
-        "erf": (special.erf, ebp_lib._erf32, 3.8, 6, 4, 6.0, 1500)}
+FITS = {"tanh": (np.tanh, ebp_fast._tanh32, 7.9, 3, 4, 14.0, 800),
+        "erf": (special.erf, ebp_fast._erf32, 3.8, 6, 4, 6.0, 1500)}
 
 
 def fit(f, c: float, k: int, l: int, far: float, iterations: int):
@@ -46,7 +46,7 @@ def fit(f, c: float, k: int, l: int, far: float, iterations: int):
     return best[1], best[2], best[0]
 
 
-@numba.njit(fastmath=ebp_lib._FASTMATH)
+@numba.njit(fastmath=ebp_fast.FASTMATH)
 def apply(f, x):
     """f (a compiled scalar function) at every element of x, with the fast engine's floating-point flags."""
     out = np.empty_like(x)
@@ -58,7 +58,7 @@ def apply(f, x):
 def main() -> int:
     for name, (f, compiled, c, k, l, far, iterations) in FITS.items():
         p, q, err = fit(f, c, k, l, far, iterations)
-        print(f"{name}: clamp {c}; float32 coefficients, constant term first (as in ebp_lib):")
+        print(f"{name}: clamp {c}; float32 coefficients, constant term first (ebp_fast lists them highest first):")
         print("  P:", ", ".join(str(np.float32(v)) for v in p))
         print("  Q:", ", ".join(str(np.float32(v)) for v in q))
         x = np.linspace(-2 * far, 2 * far, 4_000_001).astype(np.float32)

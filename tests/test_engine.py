@@ -1,9 +1,11 @@
-"""Tests of the EBP engine in ebp_lib (issue 3). Each one fails if the maths it checks is broken."""
+"""Tests of the readable EBP in ebp_lib (issue 3), against the references of ebp_checks. Each one fails if the maths
+it checks is broken."""
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import ebp_checks as checks
 import ebp_lib as ebp
 
 WEIGHTS = ["binary", "real"]
@@ -31,8 +33,8 @@ def test_forward_moments_match_monte_carlo(weights, layer):
     fwd = ebp.forward(net, x)
     nu_prev = x[0] if layer == 0 else fwd.nu[0][0]
     n = 200_000
-    mean, var, _ = ebp.monte_carlo_layer(net.layers[layer], weights, nu_prev, np.random.default_rng(7), n,
-                                         deterministic_input=(layer == 0))
+    mean, var, _ = checks.monte_carlo_layer(net.layers[layer], weights, nu_prev, np.random.default_rng(7), n,
+                                            deterministic_input=(layer == 0))
     mu, sigma2 = fwd.mu[layer][0], fwd.sigma2[layer][0]
     # 5 standard errors; the variance of a sample variance is at most ~3 var² / n for these near-Gaussian u
     np.testing.assert_array_less(np.abs(mean - mu), 5 * np.sqrt(sigma2 / n))
@@ -44,7 +46,7 @@ def test_unit_mean_matches_sign_average_for_large_fan_in(weights):
     net = ebp.init_network([4, 2], weights, seed=0, input_side=16, init_scale=3.0)  # fan-in 256
     x = np.random.default_rng(2).standard_normal(256)
     fwd = ebp.forward(net, x[None])
-    _, _, mean_sign = ebp.monte_carlo_layer(net.layers[0], weights, x, np.random.default_rng(3), 20_000)
+    _, _, mean_sign = checks.monte_carlo_layer(net.layers[0], weights, x, np.random.default_rng(3), 20_000)
     # CLT error O(1/sqrt(K)) plus Monte Carlo error ~ 1/sqrt(20000)
     np.testing.assert_allclose(fwd.nu[0][0], mean_sign, atol=0.03)
 
@@ -54,14 +56,14 @@ def test_unit_mean_matches_sign_average_for_large_fan_in(weights):
 def delta_errors(net, x, y, deltas_fn):
     fwd = ebp.forward(net, x)
     return [np.abs(numeric - analytic).max()
-            for numeric, analytic in zip(ebp.numerical_deltas(net, fwd, y, eps=1e-6), deltas_fn(net, fwd, y))]
+            for numeric, analytic in zip(checks.numerical_deltas(net, fwd, y, eps=1e-6), deltas_fn(net, fwd, y))]
 
 
 def increment_errors(net, x, y, increments_fn):
     fwd = ebp.forward(net, x)
     incs = increments_fn(net, fwd, ebp.backward(net, fwd, y))
     return [np.abs(numeric - analytic).max()
-            for numeric, analytic in zip(ebp.numerical_increments(net, fwd, y, eps=1e-6), incs)]
+            for numeric, analytic in zip(checks.numerical_increments(net, fwd, y, eps=1e-6), incs)]
 
 
 @pytest.mark.parametrize("weights", WEIGHTS)
@@ -82,7 +84,7 @@ def test_h_increment_is_the_derivative_with_respect_to_mean_weight(weights):
 def test_paper_printed_algorithm_fails_the_delta_check(weights):
     """No factor 2 and sqrt(K) for sqrt(K+1) in the hidden Δ: wrong at every hidden layer."""
     net = small_net(weights)
-    errors = delta_errors(net, *batch(net), ebp.paper_printed_deltas)
+    errors = delta_errors(net, *batch(net), checks.paper_printed_deltas)
     assert min(errors[:-1]) > 1e-2, errors
     assert errors[-1] < 1e-7  # the output Δ is printed correctly
 
@@ -91,7 +93,7 @@ def test_paper_printed_algorithm_fails_the_delta_check(weights):
 def test_paper_printed_algorithm_fails_the_increment_check(weights):
     """μ in place of ν and sqrt(K) in place of sqrt(K+1): every layer's increment is off."""
     net = small_net(weights)
-    errors = increment_errors(net, *batch(net), ebp.paper_printed_increments)
+    errors = increment_errors(net, *batch(net), checks.paper_printed_increments)
     assert min(errors) > 1e-3, errors
 
 
@@ -101,7 +103,7 @@ def test_each_misprint_alone_is_detected():
     fwd = ebp.forward(net, x)
     good = ebp.backward(net, fwd, y)
     # sqrt(K) instead of sqrt(K+1) in the hidden Δ, factor 2 kept: still wrong by sqrt((K+1)/K) - 1
-    half = ebp.paper_printed_deltas(net, fwd, y)
+    half = checks.paper_printed_deltas(net, fwd, y)
     np.testing.assert_allclose(2 * half[1] * np.sqrt(30 / 31), good[1], rtol=1e-12)
     assert np.abs(2 * half[1] - good[1]).max() > 1e-3 * np.abs(good[1]).max()
 
@@ -277,6 +279,14 @@ def test_save_and_load_round_trip(tmp_path, weights):
 
 # --- invalid arguments fail before any work ---------------------------------------------------------------
 
+def test_sampled_dropout_step_without_rng_is_refused():
+    net = small_net("binary", dropout="sampled")
+    x, y = batch(net)
+    for engine in ebp.ENGINES:
+        with pytest.raises(ValueError, match="pass rng="):
+            ebp.train_step(net, x, y, engine=engine)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(architecture=[10], weights="ternary"), "weight type"),
     (dict(architecture=[]), "empty"),
@@ -345,5 +355,28 @@ def test_delta_is_the_derivative_under_sampled_dropout():
     fwd = ebp.forward(net, x, train=True, rng=np.random.default_rng(0))
     assert any(mask is not None and not mask.all() for mask in fwd.masks[1:])  # some hidden unit dropped
     errors = [np.abs(numeric - analytic).max()
-              for numeric, analytic in zip(ebp.numerical_deltas(net, fwd, y, eps=1e-6), ebp.backward(net, fwd, y))]
+              for numeric, analytic in zip(checks.numerical_deltas(net, fwd, y, eps=1e-6), ebp.backward(net, fwd, y))]
     assert max(errors) < 1e-7, errors
+
+
+# --- the module layout: one engine default, numba only where the fast engine runs ----------------------------
+
+def test_every_engine_argument_defaults_to_the_same_engine():
+    import inspect
+
+    import ebp_analysis
+
+    functions = [ebp.train_step, ebp.train_epoch, ebp.train_steps, ebp.fit, ebp.evaluate, ebp_analysis.learning_curve]
+    assert {inspect.signature(f).parameters["engine"].default for f in functions} == {ebp.DEFAULT_ENGINE}
+    assert ebp.DEFAULT_ENGINE in ebp.ENGINES
+
+
+def test_importing_the_readable_modules_does_not_import_numba():
+    """The notebooks that never train (00-03) import ebp_lib and ebp_checks without paying for numba."""
+    import subprocess
+    import sys
+
+    code = "import sys, ebp_lib, ebp_checks, ebp_analysis; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "False"

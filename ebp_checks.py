@@ -1,0 +1,278 @@
+"""Checks of EBP: the references that the tests and the notebooks compare ebp_lib's equations against.
+
+Nothing here trains a network. Four kinds of reference, each for the notebook that uses it:
+- exact enumeration of a tiny network (notebook 01): the Bayes posterior over every weight configuration, and
+  its marginals, against EBP's closed-form update;
+- Monte Carlo over posterior samples (notebooks 02, 04, 05, 06, 07), and the exact distribution of a sum of ±1
+  terms (notebook 02): the central-limit forward pass against sampled and exact moments;
+- finite differences (notebooks 03, 05, 07): Δ and the h increments are derivatives of ln P(v_L = y) with σ
+  held fixed;
+- the paper's printed Algorithm 1 with each of its misprints switched on or off (notebook 03), so a check can
+  show where it fails (docs/maths.md §The printed Algorithm 1).
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+from ebp_lib import (Layer, Network, Pass, backward, forward, gaussian_at_zero, increments, output_delta,
+                     unit_mean)
+
+
+def relative_error(estimate, reference) -> float:
+    """‖estimate − reference‖ / ‖reference‖ (Frobenius norms over all entries)."""
+    estimate, reference = np.asarray(estimate), np.asarray(reference)
+    return float(np.linalg.norm(estimate - reference) / np.linalg.norm(reference))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Exact enumeration of a tiny binary network (notebook 01)
+# ----------------------------------------------------------------------------------------------------------
+
+def binary_configurations(n_weights: int) -> np.ndarray:
+    """All 2^n vectors in {−1, +1}^n, one per row (to enumerate the weights of a tiny network)."""
+    bits = (np.arange(2 ** n_weights)[:, None] >> np.arange(n_weights)[::-1]) & 1
+    return 1.0 - 2.0 * bits
+
+
+def unflatten_layers(flat: np.ndarray, shapes) -> list[np.ndarray]:
+    """Cut the last axis of `flat` (…, Σ V_l K_l) into per-layer weight matrices (…, V_l, K_l), in layer order.
+    shapes = [(V_1, K_1), (V_2, K_2), …]. Used to read enumerated configurations or a flat h as a network."""
+    out, start = [], 0
+    for v, k in shapes:
+        out.append(flat[..., start:start + v * k].reshape(flat.shape[:-1] + (v, k)))
+        start += v * k
+    return out
+
+
+def noisy_network_likelihood(weights: list[np.ndarray], biases: list[np.ndarray], x: np.ndarray,
+                             y: np.ndarray) -> np.ndarray:
+    """P(v_L = y | x, W) for many weight configurations of a tiny network of ±1 units, each unit adding unit
+    Gaussian noise to its input: v_l = sign(W_l v_{l−1} + b_l + ε), ε ~ N(0, 1). This is the model whose
+    σ² carries the "+1" of docs/maths.md §Forward pass (the bias as an input with weight variance 1), so P(v = +1) =
+    Φ(W v + b). weights[l]: (C, V_l, K_l) for C configurations; x (K_0,); y (V_L,) ±1. Exact: sums over every
+    state of every hidden layer (2^{V_l} of them), so for tiny networks only. Returns (C,)."""
+    prob = np.ones((len(weights[0]), 1))                   # P(state of the previous layer): (C, S)
+    states = np.asarray(x, dtype=float)[None, :]           # the input: one deterministic state
+    for k, (w, b) in enumerate(zip(weights, biases)):
+        u = np.einsum("cvk,sk->csv", w, states) + b       # (C, S, V): noiseless input of every unit
+        if k == len(weights) - 1:
+            return np.sum(prob * np.prod(special.ndtr(y * u), axis=2), axis=1)
+        nxt = binary_configurations(w.shape[1])            # (T, V): every state of this layer
+        step = np.prod(special.ndtr(u[:, :, None, :] * nxt[None, None]), axis=3)   # P(next state | state)
+        prob = np.einsum("cs,cst->ct", prob, step)
+        states = nxt
+
+
+def marginal_natural_parameters(log_q: np.ndarray, configs: np.ndarray) -> np.ndarray:
+    """h_i = ½ ln[P(W_i = +1) / P(W_i = −1)] for the distribution ∝ exp(log_q) over the rows of `configs`
+    (C, n): the factor exp(h_i W_i) with the same marginal, so ⟨W_i⟩ = tanh h_i. With log_q = Σ_i h_i W_i +
+    ln P(y | x, W) it is the exact mean-field ("Bayes-like", marginal-matching) update of docs/maths.md §Update before
+    the central-limit and first-order approximations; with the full log posterior, its exact marginals."""
+    plus = configs > 0
+    masked = np.where(plus, log_q[:, None], -np.inf), np.where(~plus, log_q[:, None], -np.inf)
+    return 0.5 * (special.logsumexp(masked[0], axis=0) - special.logsumexp(masked[1], axis=0))
+
+
+def ebp_h_increment(h: np.ndarray, shapes, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """EBP's closed-form update (docs/maths.md §Forward pass, §Backward pass, §Update) of the flat natural parameters h
+    of a tiny binary network with zero biases, for one example (x, y): forward, backward, increments. The
+    biases are held at 0 (not updated), so that the weights are the only unknowns, as in the enumerated model
+    of noisy_network_likelihood. Returns the flat increment."""
+    net = Network([Layer(w.copy(), np.zeros(len(w))) for w in unflatten_layers(h, shapes)], "binary",
+                  [v for v, _ in shapes])
+    fwd = forward(net, np.atleast_2d(x))
+    incs = increments(net, fwd, backward(net, fwd, np.atleast_2d(y)))
+    return np.concatenate([inc.ravel() for inc in incs])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Monte Carlo over the posterior, and exact sums of ±1 terms (notebooks 02, 04-07)
+# ----------------------------------------------------------------------------------------------------------
+
+def sample_weights(layer: Layer, weights: str, rng, n_samples: int) -> np.ndarray:
+    """Draw (n_samples, V, K) weight matrices from the mean-field posterior (masked weights are 0).
+
+    binary: W = +1 with probability (1 + tanh h)/2;  real: W = h + N(0, 1).
+    """
+    shape = (n_samples,) + layer.h.shape
+    if weights == "binary":
+        w = np.where(rng.random(shape) < 0.5 * (1.0 + np.tanh(layer.h)), 1.0, -1.0)
+    else:
+        w = layer.h + rng.standard_normal(shape)
+    return w * layer.mask if layer.mask is not None else w
+
+
+def monte_carlo_layer(layer: Layer, weights: str, nu_prev: np.ndarray, rng, n_samples: int = 20000,
+                      deterministic_input: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sampled mean and variance of u = (W v + b)/sqrt(N) and the mean of sign(u), for one input.
+
+    The weights come from the posterior; the input v is nu_prev itself (deterministic_input, the image) or
+    independent ±1 units with means nu_prev (a hidden layer under the mean-field assumption). The bias is
+    drawn as N(b, 1), docs/maths.md §Notation (an input fixed at 1 whose weight has variance 1: the "+1" in σ²).
+    """
+    w = sample_weights(layer, weights, rng, n_samples)
+    if deterministic_input:
+        v = np.broadcast_to(nu_prev, (n_samples, len(nu_prev)))
+    else:
+        v = np.where(rng.random((n_samples, len(nu_prev))) < 0.5 * (1.0 + nu_prev), 1.0, -1.0)
+    bias = layer.b + rng.standard_normal((n_samples, len(layer.b)))
+    u = (np.einsum("svk,sk->sv", w, v) + bias) / np.sqrt(layer.n)
+    return u.mean(axis=0), u.var(axis=0), np.where(u >= 0, 1.0, -1.0).mean(axis=0)
+
+
+def monte_carlo_with_errors(layer: Layer, weights: str, nu_prev: np.ndarray, rng, n_samples: int = 20000,
+                            n_batches: int = 10, deterministic_input: bool = True):
+    """monte_carlo_layer run in `n_batches` equal batches (bounded memory): the estimates of E u, Var u and
+    E sign u for every unit, and their standard errors from the spread of the batch estimates (batch means).
+    Returns (mean, var, sign_mean), (se_mean, se_var, se_sign_mean), each an array over the layer's units."""
+    runs = np.array([monte_carlo_layer(layer, weights, nu_prev, rng, n_samples // n_batches, deterministic_input)
+                     for _ in range(n_batches)])                  # (batch, quantity, unit)
+    mean, var, sign_mean = runs.mean(axis=0)
+    var = var + runs[:, 0].var(axis=0)                            # pooled variance: within + between batches
+    se = runs.std(axis=0, ddof=1) / np.sqrt(n_batches)
+    return (mean, var, sign_mean), tuple(se)
+
+
+def monte_carlo_layer_inputs(layer: Layer, weights: str, v: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Sampled mean and variance (each (V,)) of u = (W v_s + b)/sqrt(N), where each row v_s of v (S, K) is
+    one draw of a random input (e.g. the image under a dropout mask) and comes with its own draw of the
+    weights (sample_weights) and of the bias (N(b, 1)) (notebook 07). Works in chunks to bound memory."""
+    chunk = max(1, 2_000_000 // layer.h.size)
+    total, total2 = np.zeros(len(layer.b)), np.zeros(len(layer.b))
+    for start in range(0, len(v), chunk):
+        vs = v[start:start + chunk]
+        w = sample_weights(layer, weights, rng, len(vs))
+        u = (np.einsum("svk,sk->sv", w, vs) + layer.b + rng.standard_normal((len(vs), len(layer.b))))
+        u /= np.sqrt(layer.n)
+        total += u.sum(axis=0)
+        total2 += (u * u).sum(axis=0)
+    mean = total / len(v)
+    return mean, total2 / len(v) - mean * mean
+
+
+def monte_carlo_outputs(net: Network, x: np.ndarray, rng, n_samples: int = 500) -> np.ndarray:
+    """Sampled ⟨v_L⟩ (B, V_L) of the Bayes average of sign networks, which EBP-P's ν_L approximates
+    (notebook 06). Each sample draws one whole network from the mean-field posterior (every weight by
+    sample_weights, every bias as N(b, 1), docs/maths.md §Notation) and runs v_l = sign(W_l v_{l−1} + b_l)
+    through all layers, the output layer included. Networks with dropout are refused.
+    """
+    if net.dropout is not None:
+        raise ValueError("monte_carlo_outputs samples networks without dropout")
+    total = np.zeros((len(x), len(net.layers[-1].b)))
+    for _ in range(n_samples):
+        v = x
+        for layer in net.layers:
+            w = sample_weights(layer, net.weights, rng, 1)[0]
+            u = v @ w.T + layer.b + rng.standard_normal(len(layer.b))
+            v = np.where(u >= 0, 1.0, -1.0)
+        total += v
+    return total / n_samples
+
+
+def pm1_sum_distribution(a: np.ndarray) -> np.ndarray:
+    """Exact distribution of S = Σ_r s_r for independent s_r = ±1 with means a (V, K), one row per unit:
+    P[v, j] = P(S = 2j − K), j = 0..K (a Poisson-binomial, by dynamic programming over r: O(V K²))."""
+    a = np.atleast_2d(a)
+    up = 0.5 * (1.0 + a)                                          # P(s_r = +1)
+    dist = np.zeros((len(a), a.shape[1] + 1))
+    dist[:, 0] = 1.0
+    for r in range(a.shape[1]):                                   # add s_r: j (number of +1) stays or grows by 1
+        q = up[:, r:r + 1]
+        dist[:, 1:r + 2] = dist[:, 1:r + 2] * (1.0 - q) + dist[:, :r + 1] * q
+        dist[:, :1] *= 1.0 - q
+    return dist
+
+
+def exact_sign_mean_pm1(a: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """E sign(S + c + ε) with S = Σ_r s_r as in pm1_sum_distribution and ε ~ N(0, 1) (the bias's unit
+    variance): the exact mean of a hidden unit with binary weights and ±1 inputs, where a_r = ⟨W_r⟩ν_r
+    and c = b. The reference for ν = 2Φ(μ/σ) − 1 without the central-limit approximation."""
+    dist = pm1_sum_distribution(a)
+    s = 2.0 * np.arange(dist.shape[1]) - (dist.shape[1] - 1)
+    return np.sum(dist * special.erf((s + np.asarray(c)[:, None]) / np.sqrt(2.0)), axis=1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Finite differences: Δ and the h increments are derivatives of ln P(v_L = y), σ fixed (notebooks 03, 05, 07)
+# ----------------------------------------------------------------------------------------------------------
+
+def log_likelihood_from(net: Network, fwd: Pass, y: np.ndarray, k: int, mu: np.ndarray | None = None,
+                        m: np.ndarray | None = None) -> float:
+    """Σ_i ln Φ(y_i μ_{i,L}/σ_{i,L}) as a function of layer k's μ (or of its ⟨W⟩ = m), every σ held at the
+    values of the forward pass `fwd` (docs/maths.md §Backward pass): the function whose derivatives Δ and the h
+    increments are. Layers are numbered from 0. Sampled dropout masks of `fwd` are applied as in forward."""
+    if m is not None:
+        mu = (fwd.inputs[k] @ m.T + net.layers[k].b) / np.sqrt(net.layers[k].n)
+    for j in range(k + 1, len(net.layers)):
+        nu = unit_mean(mu, fwd.sigma2[j - 1])
+        if fwd.masks[j] is not None:
+            nu = nu * fwd.masks[j]
+        mu = (nu @ fwd.m[j].T + net.layers[j].b) / np.sqrt(net.layers[j].n)
+    return float(np.sum(special.log_ndtr(y * mu / np.sqrt(fwd.sigma2[-1]))))
+
+
+def _central_difference(f, z: np.ndarray, eps: float) -> np.ndarray:
+    """∂f/∂z for every entry of z by central differences (f(z + ε e) − f(z − ε e)) / 2ε; error O(ε²)."""
+    grad = np.zeros_like(z)
+    for idx in np.ndindex(z.shape):
+        up, down = z.copy(), z.copy()
+        up[idx] += eps
+        down[idx] -= eps
+        grad[idx] = (f(up) - f(down)) / (2.0 * eps)
+    return grad
+
+
+def numerical_deltas(net: Network, fwd: Pass, y: np.ndarray, eps: float = 1e-5) -> list[np.ndarray]:
+    """Finite-difference reference for Δ: ∂ ln P(v_L = y)/∂μ_l of every layer, σ held fixed (docs/maths.md §Backward
+    pass), from log_likelihood_from. One function evaluation per entry: for small networks only."""
+    return [_central_difference(lambda mu: log_likelihood_from(net, fwd, y, k, mu=mu), fwd.mu[k], eps)
+            for k in range(len(net.layers))]
+
+
+def numerical_increments(net: Network, fwd: Pass, y: np.ndarray, eps: float = 1e-5) -> list[np.ndarray]:
+    """Finite-difference reference for the h increments: ∂ ln P(v_L = y)/∂⟨W_l⟩ of every layer (docs/maths.md §Update),
+    σ held fixed. For small networks only."""
+    return [_central_difference(lambda m: log_likelihood_from(net, fwd, y, k, m=m), fwd.m[k], eps)
+            for k in range(len(net.layers))]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The paper's printed Algorithm 1, misprint by misprint (notebook 03; docs/maths.md §The printed Algorithm 1)
+# ----------------------------------------------------------------------------------------------------------
+
+def algorithm1_variant(net: Network, fwd: Pass, y: np.ndarray, factor_two: bool = True, use_nu: bool = True,
+                       bias_in_normaliser: bool = True) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Δ and h increments of Algorithm 1 with each of the paper's three misprints switched on or off
+    (docs/maths.md §The printed Algorithm 1), on top of the forward pass `fwd`:
+      factor_two=False          drops the 2 of dν/dμ = 2N(0|μ,σ²) in the hidden Δ;
+      use_nu=False              multiplies the h increment by μ_{j,l−1} instead of ν_{j,l−1} (x at layer 1);
+      bias_in_normaliser=False  divides by sqrt(K) instead of sqrt(N) = sqrt(K + 1) in the backward pass.
+    All True is ebp_lib's backward/increments; all False is paper_printed_deltas/increments. Fully connected
+    networks without dropout masks only."""
+    norm = [np.sqrt(layer.n if bias_in_normaliser else layer.n - 1) for layer in net.layers]
+    deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
+    for k in range(len(net.layers) - 1, 0, -1):
+        slope = (2.0 if factor_two else 1.0) * gaussian_at_zero(fwd.mu[k - 1], fwd.sigma2[k - 1])
+        deltas.insert(0, slope * ((deltas[0] / norm[k]) @ fwd.m[k]))
+    incs = []
+    for k, delta in enumerate(deltas):
+        prev = fwd.inputs[k] if (use_nu or k == 0) else fwd.mu[k - 1]
+        incs.append((delta / norm[k]).T @ prev)
+    return deltas, incs
+
+
+def paper_printed_deltas(net: Network, fwd: Pass, y: np.ndarray) -> list[np.ndarray]:
+    """Δ as the paper's Algorithm 1 prints it: no factor 2 in the hidden Δ, sqrt(K) in place of sqrt(K+1).
+    Kept only to show (tests, notebook 03) that it fails the finite-difference check."""
+    return algorithm1_variant(net, fwd, y, factor_two=False, use_nu=False, bias_in_normaliser=False)[0]
+
+
+def paper_printed_increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.ndarray]:
+    """h increments as Algorithm 1 prints them: μ_{j,l−1} in place of ν_{j,l−1} (the image x at the first
+    layer) and sqrt(K) in place of sqrt(K+1)."""
+    out = []
+    for k, (layer, delta) in enumerate(zip(net.layers, deltas)):
+        prev = fwd.inputs[0] if k == 0 else fwd.mu[k - 1]
+        out.append((delta / np.sqrt(layer.n - 1)).T @ prev)
+    return out
