@@ -31,10 +31,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # b
 
 import argparse  # noqa: E402
 import datetime as dt  # noqa: E402
-import json  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import platform  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -44,6 +42,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
+import ebp_experiments as ex  # noqa: E402
 import ebp_lib as ebp  # noqa: E402
 
 EPOCH, EPOCHS = 60_000, 120
@@ -61,27 +60,20 @@ TIMING_CASES = [  # the issue's list
     ([800, 800, 10], "binary"),
     ([("local", 13), 10], "binary"),
 ]
-COLUMNS = ["200", "400", "600", "800", "1000", "200-200", "400-400", "600-600", "800-800"]
-BLOCKS = [17, 16, 15, 14, 13, 12]
 
 
 def paper_runs(dropout_reading: str = "analytic") -> list[dict]:
-    """The 50 trainings behind Tables 2-4 (spec §The paper's results); Table 3's dropout read as `dropout_reading`."""
-    runs = []
-    for weights in ("binary", "real"):
-        for table, dropout in ((2, None), (3, dropout_reading)):
-            runs += [{"table": table, "column": c, "weights": weights, "dropout": dropout,
-                      "architecture": ebp.paper_architecture(c)} for c in COLUMNS]
-        runs += [{"table": 4, "column": f"block{s}", "weights": weights, "dropout": None,
-                  "architecture": ebp.paper_architecture(f"block{s}")} for s in BLOCKS]
-        runs.append({"table": 4, "column": "361-100", "weights": weights, "dropout": None,
-                     "architecture": ebp.paper_architecture("361-100")})
-    return runs
+    """The 50 trainings behind Tables 2-4: the runs of scripts/paper_tables.csv (ebp_experiments.paper_runs), each
+    with its layer list as `architecture`; Table 3's dropout read as `dropout_reading`."""
+    return [{**run, "architecture": ebp.paper_architecture(run["architecture"])}
+            for run in ex.paper_runs(reading=dropout_reading)]
 
 
 def name(architecture) -> str:
-    return "[" + ", ".join(["784"] + [f"local{s[1]}" if isinstance(s, (list, tuple)) else str(s)
-                                      for s in architecture]) + "]"
+    """The layer sizes, e.g. '[784, 800, 10]'; a locally connected layer as its units and block, '256 local13'."""
+    sizes = ebp.check_architecture(architecture)
+    return "[" + ", ".join([str(sizes[0])] + [f"{n} local{spec[1]}" if isinstance(spec, (list, tuple)) else str(n)
+                                              for spec, n in zip(architecture, sizes[1:])]) + "]"
 
 
 def load(n_train=None):
@@ -177,7 +169,7 @@ def whole_paper(seconds) -> dict:
         results = pool.map(project_worker, [(0, seconds), (1, seconds)])
     runs = []
     for k, run in enumerate(paper_runs()):
-        row = {key: run[key] for key in ("table", "column", "weights", "dropout")}
+        row = {key: run[key] for key in ("run_id", "table", "column", "weights", "dropout")}
         row["network"] = name(run["architecture"])
         for key in ("ms_per_sample_b1", "ms_per_sample_b10", "eval_ms_per_image"):
             row[key] = float(np.mean([r[k][key] for r in results]))
@@ -255,25 +247,15 @@ def targets(result) -> list[dict]:
 # --- machine and main ----------------------------------------------------------------------------------------
 
 def machine() -> dict:
-    import numba
-    import scipy
+    """Where and with what the benchmark ran (the same records as a table run's sessions, ebp_experiments)."""
     from threadpoolctl import threadpool_info
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
-        else platform.processor()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "ebp_lib.py", "scripts/benchmark.py"], cwd=REPO,
-                               capture_output=True, text=True).stdout.splitlines()
-    except OSError:
-        commit, dirty = None, None
-    return {"cpu_model": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "numpy": np.__version__, "scipy": scipy.__version__, "numba": numba.__version__,
+    git = ex.git_state(REPO, paths=("ebp_lib.py", "ebp_fast.py", "scripts/benchmark.py"))  # the timed code
+    return {"cpu_model": ex.cpu_model(), "cores": os.cpu_count(), **ex.package_versions(("numpy", "scipy", "numba")),
             "blas": [{k: i.get(k) for k in ("internal_api", "version", "num_threads")} for i in threadpool_info()
                      if i.get("user_api") == "blas"],
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git_commit": commit,
-            "uncommitted_changes": dirty, "platform": platform.platform()}  # git status of the timed code
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git_commit": git["git_commit"],
+            "uncommitted_changes": git.get("git_changed"), "platform": platform.platform()}
 
 
 def main(argv=None) -> int:
@@ -339,7 +321,7 @@ def main(argv=None) -> int:
     result["load_average_at_end"] = os.getloadavg()
     result["benchmark_wall_seconds"] = time.perf_counter() - started
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    ex.write_json(args.out, result)
     print(f"wrote {args.out} ({result['benchmark_wall_seconds']:.0f} s)")
     return 0
 

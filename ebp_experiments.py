@@ -1,0 +1,1262 @@
+"""Experiments and tables: what notebooks/experiment.ipynb, notebooks/tables.ipynb and the scripts share.
+
+One experiment is one execution of notebooks/experiment.ipynb (train one configuration, write its result); the
+paper's Tables 2-4 are 50 such runs, listed once in scripts/paper_tables.csv. This module holds, in order:
+
+1. Parameters of one experiment: their names and defaults are the `parameters` cell of experiment.ipynb (read
+   from there, so they live in one place), validation, the run configuration a checkpoint must match.
+2. Records: machine and package versions, git state, and the one atomic file write everything here uses.
+3. The output folder of one run: its lock, result.json (EpochRecorder), and the check of a result against its
+   checkpoint (a run is new, partial, finished, stale, corrupt or inconsistent).
+4. The paper's runs: scripts/paper_tables.csv, selecting rows, one job per run and seed.
+5. Running jobs: run_job executes the notebook with papermill; run_batch runs jobs on a Dask cluster (a local
+   distributed.LocalCluster, or an existing scheduler), shows progress and survives Ctrl-C and kills.
+6. Reading results back for the tables notebook: best result per table cell, tables, findings, coverage, plots.
+
+scripts/run_tables.py is the command line over sections 4-5; outputs/README.md describes the files a run writes.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import csv
+import datetime as _dt
+import errno
+import io
+import json
+import math
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import ebp_lib
+
+REPO = Path(__file__).resolve().parent
+NOTEBOOK = REPO / "notebooks" / "experiment.ipynb"
+TABLES_CSV = REPO / "scripts" / "paper_tables.csv"
+RUNS_DIR = REPO / "outputs" / "runs"
+
+RESULT_FILE = "result.json"
+CHECKPOINT_FILE = "checkpoint.npz"
+EXECUTED_FILE = "experiment.ipynb"
+LOCK_FILE = ".lock"
+CURVE_FILE = "learning_curve.png"
+
+# quick: a tenth of the training set for 3 epochs (minutes per table); paper: the paper's protocol (all 60,000
+# training images, 120 epochs; batch 10 as in the authors' code). Seeds are chosen per batch (make_jobs).
+PROFILES = {
+    "quick": {"name": "quick", "epochs": 3, "n_train": 6000, "batch_size": 10},
+    "paper": {"name": "paper", "epochs": 120, "n_train": None, "batch_size": 10},
+}
+DROPOUT_READINGS = ("analytic", "sampled")  # analytic = the authors' code (notebooks/07_dropout.ipynb)
+PAPER_EPOCHS, FULL_TRAIN = 120, 60000
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 1. Parameters of one experiment
+# ----------------------------------------------------------------------------------------------------------
+
+def notebook_parameters(path=NOTEBOOK) -> dict:
+    """{name: default} of the cell tagged `parameters` in a notebook: its assignments of literal values."""
+    cells = json.loads(Path(path).read_text())["cells"]
+    source = next(("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])),
+                  None)
+    if source is None:
+        raise ValueError(f"{path} has no cell tagged 'parameters'")
+    defaults = {}
+    for statement in ast.parse(source).body:
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)):
+            raise ValueError(f"{path}: the parameters cell may only assign literal values to names "
+                             f"(line {statement.lineno})")
+        defaults[statement.targets[0].id] = ast.literal_eval(statement.value)
+    return defaults
+
+
+DEFAULT_PARAMETERS = notebook_parameters()  # the one place the parameters and their defaults are written
+DATASETS = ("mnist", "fashion-mnist")
+WEIGHTS = ("binary", "real")
+PREPROCESSINGS = ("pixel", "global", "unit")
+# What a checkpoint must have been trained with to be resumed, besides what ebp_lib.fit compares itself (the
+# network, seed, batch size, engine): passed to fit as run_config and stored in the checkpoint.
+RUN_CONFIG_KEYS = ("dataset", "architecture", "weights", "dropout", "keep", "n_train", "preprocessing",
+                   "std_floor", "init_scale")
+
+
+class ParameterError(ValueError):
+    """One or more experiment parameters are invalid; the message lists every problem."""
+
+
+def given_parameters(namespace: dict, names_before: set) -> dict:
+    """The experiment's parameters as a notebook's global `namespace` holds them: every known parameter, and
+    every other name bound since `names_before` was taken (before the parameters cell), so that a name papermill
+    injected but the parameters cell does not know (`-p epoch 3`) reaches validate_parameters and is refused.
+    Names starting with "_" are IPython's own (_i3, _3, ...)."""
+    return {name: value for name, value in namespace.items()
+            if name in DEFAULT_PARAMETERS or (name not in names_before and not name.startswith("_"))}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def architecture_layers(name) -> list:
+    """The layer list of a paper architecture name ("200", "800-800", "block13", "361-100"), validated."""
+    layers = ebp_lib.paper_architecture(str(name))
+    ebp_lib.check_architecture(layers, 28)  # block sizes must fit the 28x28 image
+    return layers
+
+
+def validate_parameters(params: dict) -> dict:
+    """Check every parameter of one experiment and return them normalised; raise ParameterError listing all
+    problems at once. Unknown names are errors too (a typo must not silently fall back to a default)."""
+    p, problems = dict(params), []
+    for name in sorted(set(p) - set(DEFAULT_PARAMETERS)):
+        problems.append(f"{name}: unknown parameter (known: {', '.join(DEFAULT_PARAMETERS)})")
+    for name in DEFAULT_PARAMETERS:
+        p.setdefault(name, DEFAULT_PARAMETERS[name])
+
+    def bad(name, why):
+        problems.append(f"{name}={p[name]!r}: {why}")
+
+    if p["dataset"] not in DATASETS:
+        bad("dataset", f"choose one of {', '.join(DATASETS)}")
+    if _is_int(p["architecture"]):
+        p["architecture"] = str(p["architecture"])  # papermill -p architecture 200 gives an int
+    if not isinstance(p["architecture"], str):
+        bad("architecture", "give a name such as '200', '800-800', 'block13' or '361-100'")
+    else:
+        try:
+            architecture_layers(p["architecture"])
+        except ValueError as err:
+            bad("architecture", str(err))
+    if p["weights"] not in WEIGHTS:
+        bad("weights", f"choose one of {', '.join(WEIGHTS)}")
+    if isinstance(p["dropout"], str) and p["dropout"].lower() in ("none", "off", ""):
+        p["dropout"] = None
+    if p["dropout"] not in (None, *DROPOUT_READINGS):
+        bad("dropout", "choose None (no dropout), 'analytic' (the authors' code) or 'sampled' (Bernoulli masks)")
+    if not _is_number(p["keep"]) or not 0 < p["keep"] <= 1:
+        bad("keep", "the dropout keep probability must be a number in (0, 1]")
+    for name, low in (("epochs", 1), ("batch_size", 1), ("seed", 0)):
+        if not _is_int(p[name]) or p[name] < low:
+            bad(name, f"must be an integer >= {low}")
+    if p["n_train"] is not None and (not _is_int(p["n_train"]) or not 1 <= p["n_train"] <= FULL_TRAIN):
+        bad("n_train", f"must be None (all {FULL_TRAIN:,} training images) or an integer in 1..{FULL_TRAIN}")
+    if p["preprocessing"] not in PREPROCESSINGS:
+        bad("preprocessing", f"choose one of {', '.join(PREPROCESSINGS)}")
+    if not _is_number(p["std_floor"]) or p["std_floor"] < 0:
+        bad("std_floor", "must be a number >= 0")
+    if not _is_number(p["init_scale"]) or p["init_scale"] <= 0:
+        bad("init_scale", "must be a positive number (1.0 = the reference initialisation)")
+    if p["output_dir"] is not None and not isinstance(p["output_dir"], (str, os.PathLike)):
+        bad("output_dir", "must be None (a temporary folder) or a path")
+    if problems:
+        raise ParameterError("invalid experiment parameters:\n  - " + "\n  - ".join(problems))
+    if p["output_dir"] is not None:
+        p["output_dir"] = str(p["output_dir"])
+    p["keep"], p["std_floor"], p["init_scale"] = float(p["keep"]), float(p["std_floor"]), float(p["init_scale"])
+    return p
+
+
+def run_config(params: dict) -> dict:
+    """The settings a checkpoint of this experiment records and a resumed run must share (ebp_lib.fit's
+    run_config): data set and its preprocessing, training images, network and initialisation, dropout."""
+    return {name: params[name] for name in RUN_CONFIG_KEYS}
+
+
+def protocol_label(params: dict) -> str:
+    """'paper' for the paper's protocol (all 60,000 training images, 120 epochs), else 'shortened'."""
+    full = params["n_train"] in (None, FULL_TRAIN)
+    return "paper" if full and params["epochs"] == PAPER_EPOCHS else "shortened"
+
+
+def describe(params: dict) -> str:
+    """One deterministic line saying what the experiment trains (no paths)."""
+    dropout = "no dropout" if params["dropout"] is None else f"{params['dropout']} dropout, p = {params['keep']}"
+    n = f"{params['n_train']:,}" if params["n_train"] is not None else f"all {FULL_TRAIN:,}"
+    return (f"{params['dataset']}, {params['weights']} weights, architecture {params['architecture']} "
+            f"{architecture_layers(params['architecture'])}, {dropout}; {n} training images "
+            f"({params['preprocessing']} standardisation), {params['epochs']} epochs, batch size "
+            f"{params['batch_size']}, seed {params['seed']}, init scale {params['init_scale']:g}; "
+            f"protocol: {protocol_label(params)}")
+
+
+def engine_name() -> str:
+    """The engine experiments train with: ebp_lib's default ("fast" before ebp_lib named its default)."""
+    return getattr(ebp_lib, "DEFAULT_ENGINE", "fast")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 2. Records: machine, versions, git; atomic writes
+# ----------------------------------------------------------------------------------------------------------
+
+PACKAGES = ("numpy", "scipy", "numba", "matplotlib", "papermill", "ipykernel")
+
+
+def package_versions(names=PACKAGES) -> dict:
+    """{"python": version, package: version or None} for the packages `names`."""
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def cpu_model() -> str:
+    """The processor's name (float32 sums in the compiled engine depend on its vector width)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_state(root=REPO, paths=(".", ":(exclude)outputs")) -> dict:
+    """The commit checked out in `root` and whether tracked files among `paths` (default: all code, outputs/
+    not counted) differ from it: git_commit, git_dirty, git_changed (up to 20 paths). Without a git checkout
+    (a copy of the tree on another machine) the commit is $EBP_GIT_COMMIT if set."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    unknown = {"git_commit": os.environ.get("EBP_GIT_COMMIT"), "git_dirty": None}
+    try:
+        head = git("rev-parse", "HEAD")
+        status = git("status", "--porcelain", "--untracked-files=no", "--", *paths)
+    except (OSError, subprocess.SubprocessError):
+        return unknown
+    if head.returncode != 0:
+        return unknown
+    changed = [line[3:] for line in status.stdout.splitlines()]
+    return {"git_commit": head.stdout.strip(), "git_dirty": bool(changed), "git_changed": changed[:20]}
+
+
+def write_atomically(path, data: bytes | str) -> None:
+    """Write `data` to `path` so that a reader only ever sees the old file or the complete new one: write a
+    temporary beside it, then rename. On failure (a full disk, a read-only folder) the temporary is removed,
+    the old file stays, and the OSError keeps its errno and names `path`."""
+    path = Path(path)
+    data = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise OSError(err.errno, f"could not write {path}: {err.strerror or err}") from err
+
+
+def write_json(path, data: dict) -> None:
+    """write_atomically, as indented JSON (the runner may read result.json at any moment)."""
+    write_atomically(path, json.dumps(data, indent=1) + "\n")
+
+
+def save_figure(fig, path, **savefig_kwargs) -> None:
+    """fig.savefig(path) through write_atomically (a full disk never leaves half an image)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix[1:], **savefig_kwargs)
+    write_atomically(path, buffer.getvalue())
+
+
+def describe_error(err: BaseException, path=None) -> str:
+    """One message for a failure: a notebook's exception as 'Name: value', an OSError with its errno and the
+    file (`path` when the error itself names none: a failed write reports only 'No space left on device')."""
+    if hasattr(err, "ename"):  # papermill's PapermillExecutionError: the notebook's own exception
+        return f"{err.ename}: {err.evalue}"
+    text = f"{type(err).__name__}: {err}"
+    if isinstance(err, OSError) and not err.filename and path is not None and str(path) not in text:
+        text += f" (while writing {path})"
+    return text
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 3. The output folder of one run: lock, result.json, and the check of a result against its checkpoint
+# ----------------------------------------------------------------------------------------------------------
+
+class RunBusyError(RuntimeError):
+    """Another process is training into this output folder (it holds the folder's lock)."""
+
+
+def open_output_dir(output_dir):
+    """Create the output folder (a new temporary one for None) and lock it for this process.
+
+    Returns (path, lock handle); keep the handle open while training. The lock (an flock, released when the
+    process dies) stops two processes from training into the same checkpoint; RunBusyError if another holds it.
+    """
+    import fcntl
+
+    path = Path(tempfile.mkdtemp(prefix="ebp-experiment-")) if output_dir is None else Path(output_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    handle = open(path / LOCK_FILE, "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise RunBusyError(f"another process is already training into {path} (it holds {path / LOCK_FILE}); "
+                           f"wait for it to finish or stop it") from None
+    return path, handle
+
+
+def is_locked(path) -> bool:
+    """Whether some live process holds the lock of output folder `path`."""
+    import fcntl
+
+    lock = Path(path) / LOCK_FILE
+    if not lock.exists():
+        return False
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def epochs_in_checkpoint(checkpoint) -> int:
+    """How many epochs a checkpoint of ebp_lib.fit holds (0 if there is none); CheckpointError if unreadable."""
+    if not Path(checkpoint).exists():
+        return 0
+    return len(ebp_lib.read_network_meta(checkpoint)["history"])
+
+
+def read_result(path) -> dict | None:
+    """The result.json in folder `path`, or None if there is none (or it is unreadable)."""
+    try:
+        return json.loads((Path(path) / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class EpochRecorder:
+    """The on_epoch callback of ebp_lib.fit: prints a progress line and rewrites result.json after every epoch
+    (finished: false), so the runner can show progress and an interrupted run still has its learning curve."""
+
+    def __init__(self, output_dir, params: dict, checkpoint, engine: str | None = None, echo=print):
+        self.path, self.params, self.echo = Path(output_dir), params, echo
+        self.engine = engine or engine_name()
+        self.history = ebp_lib.read_network_meta(checkpoint)["history"] if Path(checkpoint).exists() else []
+        self.start_epoch, self.started = len(self.history), time.time()
+        previous = read_result(self.path) if self.start_epoch else None  # only a resumed run continues it
+        self.sessions = list(previous.get("sessions", [])) if previous else []
+        self.session = {"started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                        "host": socket.gethostname(), "cpu": cpu_model(), "from_epoch": self.start_epoch,
+                        **git_state(), "versions": package_versions()}
+
+    def __call__(self, record: dict) -> None:
+        self.history.append(record)
+        e = record["epoch"]
+        self.echo(f"epoch {e}/{self.params['epochs']}: test error EBP-P {100 * record['test_ebp_p']:.2f}%, "
+                  f"EBP-D {100 * record['test_ebp_d']:.2f}% (epoch took {record['train_seconds']:.1f} s)")
+        self.write(self.history, finished=False)
+
+    def write(self, history: list[dict], finished: bool) -> dict:
+        """Write result.json for `history` and return its contents."""
+        wall = time.time() - self.started
+        session = {**self.session, "to_epoch": len(history), "wall_seconds": round(wall, 2),
+                   "seconds_per_epoch": round(wall / max(1, len(history) - self.start_epoch), 2)}
+        n_images = self.params["n_train"] or FULL_TRAIN
+        last = history[-1] if history else None
+        result = {
+            "format": 1,
+            "parameters": self.params,
+            "protocol": protocol_label(self.params),
+            "finished": bool(finished and len(history) >= self.params["epochs"]),
+            "epochs_done": len(history),
+            "n_train_images": n_images,
+            "train_error_images": min(n_images, 10000),  # fit's default n_train_eval
+            "final": None if last is None else {k: last[k] for k in
+                                                ("test_ebp_p", "test_ebp_d", "train_ebp_p", "train_ebp_d")},
+            "history": history,
+            "train_seconds": round(sum(r["train_seconds"] for r in history), 2),
+            "wall_seconds": round(sum(s["wall_seconds"] for s in self.sessions) + wall, 2),
+            "engine": self.engine,
+            "versions": package_versions(),
+            "git_commit": self.session["git_commit"],
+            "git_dirty": self.session["git_dirty"],
+            "sessions": self.sessions + [session],
+        }
+        write_json(self.path / RESULT_FILE, result)
+        return result
+
+
+HISTORY_KEYS = ("epoch", "test_ebp_p", "test_ebp_d")  # what a result and its checkpoint must agree on
+
+
+def checkpoint_meta(checkpoint) -> dict:
+    """The metadata of a checkpoint (ebp_lib.read_network_meta) once all of it has been read: a flipped byte in
+    the weights fails their CRC only when they are read. CheckpointError, naming the file, if unreadable."""
+    ebp_lib.load_network(checkpoint)
+    return ebp_lib.read_network_meta(checkpoint)
+
+
+def checkpoint_settings(meta: dict) -> dict:
+    """The experiment parameters a checkpoint was trained with, from its metadata (ebp_lib.read_network_meta):
+    the network's weights, dropout and keep always; the run configuration, seed and batch size where saved
+    (checkpoints written before ebp_lib stored `run` record only the network, seed and batch size)."""
+    network = meta["config"]
+    settings = {"weights": network["weights"], "dropout": network["dropout"], "keep": network["keep"]}
+    run = meta.get("run") or {}
+    settings.update({k: v for k, v in run.items() if k in RUN_CONFIG_KEYS or k in ("seed", "batch_size")})
+    for key in ("seed", "batch_size"):
+        if key not in settings and key in meta:
+            settings[key] = meta[key]
+    return settings
+
+
+def run_problems(params: dict, result: dict | None, meta: dict | None) -> list[str]:
+    """Whatever disagrees between a run's parameters, its result.json and its checkpoint's metadata (either of
+    the last two may be None): an edited result or a checkpoint of another run. Empty when all agree."""
+    problems = []
+    if result is not None:
+        done, history = result.get("epochs_done"), result.get("history") or []
+        if done != len(history):
+            problems.append(f"result.json says {done} epochs done but holds {len(history)} epochs of history")
+        if result.get("finished") and done != result["parameters"].get("epochs"):
+            problems.append(f"result.json is marked finished after {done} of its "
+                            f"{result['parameters'].get('epochs')} epochs")
+    if meta is None:
+        return problems
+    settings = checkpoint_settings(meta)
+    sources = [("these parameters", params)] + ([("result.json", result["parameters"])] if result else [])
+    for source, values in sources:
+        for name, value in settings.items():
+            if name in values and values[name] != value:
+                problems.append(f"{name}: checkpoint {value!r}, {source} {values[name]!r}")
+    if result is not None:
+        saved, done = meta["history"], result.get("epochs_done") or 0
+        # fit saves the checkpoint just before on_epoch rewrites result.json: a run killed between the two has
+        # a checkpoint one epoch ahead; a finished result and a checkpoint left beside it hold the same epochs
+        allowed = (done,) if result.get("finished") else (done, done + 1)
+        if len(saved) not in allowed:
+            problems.append(f"the checkpoint holds {len(saved)} epochs, result.json "
+                            f"{'finished after ' if result.get('finished') else ''}{done}")
+        common = min(len(saved), len(result.get("history") or []))
+        pick = lambda records: [{k: r.get(k) for k in HISTORY_KEYS} for r in records[:common]]  # noqa: E731
+        if pick(saved) != pick(result["history"]):
+            problems.append("the checkpoint's history and result.json's differ")
+    return problems
+
+
+@dataclass
+class RunState:
+    """What a run's folder holds: state is new, partial, finished, stale (a finished result of another
+    configuration), corrupt (an unreadable checkpoint or result.json: `files`) or inconsistent (a result and
+    its checkpoint disagree: `problems`); epochs done."""
+    state: str
+    epochs: int = 0
+    problems: list = field(default_factory=list)
+    files: list = field(default_factory=list)
+
+
+def job_state(job: dict) -> RunState:
+    """The state of a job's output folder (reads result.json and the whole checkpoint, never writes)."""
+    out = Path(job["output_dir"])
+    result_path, checkpoint = out / RESULT_FILE, out / CHECKPOINT_FILE
+    result = meta = None
+    corrupt = []
+    if result_path.exists():
+        try:
+            result = json.loads(result_path.read_text())
+            if not isinstance(result, dict) or not {"parameters", "epochs_done", "history"} <= set(result):
+                raise ValueError("not a result file: parameters, epochs_done or history missing")
+        except (OSError, ValueError) as err:
+            corrupt.append((result_path, f"cannot read {result_path} ({type(err).__name__}: {err})"))
+            result = None
+    if checkpoint.exists():
+        try:
+            meta = checkpoint_meta(checkpoint)
+        except ebp_lib.CheckpointError as err:
+            corrupt.append((checkpoint, str(err)))
+    if corrupt:
+        return RunState("corrupt", 0, [why for _, why in corrupt], [path for path, _ in corrupt])
+    problems = run_problems(job["parameters"], result, meta)
+    if problems:
+        files = [p for p, present in ((result_path, result), (checkpoint, meta)) if present is not None]
+        return RunState("inconsistent", 0, problems, files)
+    if result is not None and result.get("finished"):
+        if same_configuration(result["parameters"], job["parameters"]):
+            return RunState("finished", result["epochs_done"])
+        return RunState("stale")
+    if meta is not None:
+        return RunState("partial", len(meta["history"]))
+    return RunState("new")
+
+
+def same_configuration(a: dict, b: dict) -> bool:
+    """Whether two parameter sets train the same network the same way (the output folder aside)."""
+    return all(a.get(k) == b.get(k) for k in DEFAULT_PARAMETERS if k != "output_dir")
+
+
+def move_aside(path) -> Path:
+    """Rename an unreadable file to <name>.corrupt-<UTC time> beside it (kept for inspection); the new path."""
+    path = Path(path)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    os.replace(path, target)
+    return target
+
+
+def remove_temporaries(out) -> list[Path]:
+    """Delete what an interrupted writer left in a run's folder (call it holding the folder's lock): the
+    temporaries of write_atomically, ebp_lib.save_network and run_job's notebook."""
+    out = Path(out)
+    leftovers = [p for pattern in (".*.tmp", f"{CHECKPOINT_FILE}.tmp.npz", ".experiment-*.tmp.ipynb")
+                 for p in out.glob(pattern)]
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 4. The paper's tables as data, and the runs that reproduce them
+# ----------------------------------------------------------------------------------------------------------
+
+TABLE_TITLES = {2: "Table 2: 1D input, no dropout", 3: "Table 3: 1D input, dropout p = 0.8",
+                4: "Table 4: spatial filtering (local receptive fields), no dropout"}
+ROW_LABELS = ("B-EBP-P", "B-EBP-D", "R-EBP-P", "R-EBP-D")
+
+
+def read_paper_tables(path=TABLES_CSV) -> list[dict]:
+    """The rows of scripts/paper_tables.csv: table, row (e.g. B-EBP-P), column (e.g. 200, [200,200], 144),
+    paper_error (percent), output (ebp_p/ebp_d), run_id, dataset, architecture, weights, dropout, keep."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row["table"], row["paper_error"] = int(row["table"]), float(row["paper_error"])
+        row["keep"] = float(row["keep"]) if row["keep"] else None
+    return rows
+
+
+def paper_runs(rows: list[dict] | None = None, reading: str = "analytic") -> list[dict]:
+    """One entry per run among the table rows `rows` (default: all of them; EBP-P and EBP-D share a run), in
+    table order: run_id, key (the run's folder name), table, column, dataset, architecture (a paper name),
+    weights, dropout (None or `reading`), keep, and the table cells it fills."""
+    if reading not in DROPOUT_READINGS:
+        raise ValueError(f"unknown dropout reading {reading!r}; choose one of {', '.join(DROPOUT_READINGS)}")
+    runs = {}
+    for row in read_paper_tables() if rows is None else rows:
+        cell = f"Table {row['table']} {row['row']} {row['column']}"
+        if row["run_id"] in runs:
+            runs[row["run_id"]]["cells"].append(cell)
+            continue
+        dropout = reading if row["dropout"] == "yes" else None
+        runs[row["run_id"]] = {
+            "run_id": row["run_id"], "key": run_key(row["run_id"], dropout), "table": row["table"],
+            "column": row["column"], "dataset": row["dataset"], "architecture": row["architecture"],
+            "weights": row["weights"], "dropout": dropout, "keep": row["keep"] or 0.8, "cells": [cell]}
+    return list(runs.values())
+
+
+def _column_key(label: str) -> str:
+    """'[200,200]', '200-200' and '200,200' all name the same column."""
+    return label.strip().strip("[]").replace(" ", "").replace("-", ",")
+
+
+def select_rows(rows: list[dict], tables=None, columns=None, run_ids=None, weights=None) -> list[dict]:
+    """The table rows matching every filter given (None = no filter). Unknown values raise ValueError,
+    naming what exists, so a typo never selects nothing silently."""
+    def check(asked, known, what):
+        unknown = [a for a in asked if a not in known]
+        if unknown:
+            raise ValueError(f"unknown {what} {', '.join(map(str, unknown))}; known: {', '.join(map(str, known))}")
+
+    out = rows
+    if tables:
+        check([int(t) for t in tables], sorted({r["table"] for r in rows}), "table")
+        out = [r for r in out if r["table"] in {int(t) for t in tables}]
+    if columns:
+        wanted = {_column_key(c) for c in columns}
+        check(sorted(wanted), sorted({_column_key(r["column"]) for r in rows}, key=lambda c: (len(c), c)), "column")
+        out = [r for r in out if _column_key(r["column"]) in wanted]
+    if run_ids:
+        known = {r["run_id"] for r in rows}
+        aliases = {f"{r['run_id']}-{reading}": r["run_id"] for r in rows if r["dropout"] == "yes"
+                   for reading in DROPOUT_READINGS}  # the folder names of dropout runs work too
+        check([i for i in run_ids if i not in aliases], sorted(known), "run id")
+        wanted = {aliases.get(i, i) for i in run_ids}
+        out = [r for r in out if r["run_id"] in wanted]
+    if weights:
+        check(list(weights), list(WEIGHTS), "weight type")
+        out = [r for r in out if r["weights"] in weights]
+    return out
+
+
+def run_key(run_id: str, dropout: str | None = None, seed: int = 0) -> str:
+    """The folder name of a run: its run id, plus the dropout reading (`dropout`) for dropout runs, plus
+    -seed<N> for seeds other than 0 (seed 0 keeps the names of the runs committed before seeds were chosen)."""
+    return run_id + (f"-{dropout}" if dropout else "") + (f"-seed{seed}" if seed else "")
+
+
+def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs_dir=RUNS_DIR,
+              seeds=(0,), data_dir=None) -> list[dict]:
+    """One job per run among `rows` and seed (EBP-P and EBP-D rows share a run), in table order, seeds inner.
+
+    `profile` is a name in PROFILES or a dict like them (tests use tiny custom ones). The data folder (`data_dir`,
+    else $EBP_DATA_DIR if set) travels inside the job (`env`), so that workers on other machines or started
+    from other shells read the same files.
+    """
+    profile = PROFILES[profile] if isinstance(profile, str) else profile
+    data_dir = data_dir or os.environ.get(ebp_lib.DATA_ENV_VAR)
+    env = {ebp_lib.DATA_ENV_VAR: str(Path(data_dir).resolve())} if data_dir else {}
+    jobs = []
+    for run in paper_runs(rows, reading):
+        for seed in seeds:
+            key = run_key(run["run_id"], run["dropout"], seed)
+            out = Path(runs_dir) / profile["name"] / key
+            params = validate_parameters({
+                "dataset": run["dataset"], "architecture": run["architecture"], "weights": run["weights"],
+                "dropout": run["dropout"], "keep": run["keep"], "epochs": profile["epochs"],
+                "batch_size": profile["batch_size"], "seed": seed, "n_train": profile["n_train"],
+                "output_dir": os.path.relpath(out, NOTEBOOK.parent)})
+            jobs.append({"key": key, "run_id": run["run_id"], "seed": seed, "profile": profile["name"],
+                         "output_dir": str(out.resolve()), "notebook": str(NOTEBOOK), "parameters": params,
+                         "rows": list(run["cells"]), "env": dict(env)})
+    return jobs
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 5. Running jobs: one job executes the experiment notebook; a batch runs jobs on a Dask cluster
+# ----------------------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def job_environment(job: dict):
+    """Set the job's environment (its data folder; one BLAS thread) for the notebook kernel it starts, and
+    restore the previous values afterwards (a worker thread may run other jobs later)."""
+    wanted = {**{var: "1" for var in THREAD_VARS}, **job.get("env", {})}
+    previous = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_job(job: dict) -> dict:
+    """Execute notebooks/experiment.ipynb for `job` into <output_dir>/experiment.ipynb with papermill.
+
+    Before any work: the parameters are validated, the folder is locked and checked (a finished run is skipped,
+    an inconsistent one is left alone, a corrupt checkpoint or result.json is moved aside and the run restarts
+    without it). The notebook is executed into a temporary beside experiment.ipynb and renamed over it at the
+    end, so a failed write (a full disk) never replaces a good notebook with a truncated one. A finished run's
+    checkpoint is deleted; a failed one keeps it for the next attempt. Returns an outcome dict with status
+    skipped, busy, inconsistent, finished or failed (and `error`, `notebook`, `note`).
+    """
+    out = Path(job["output_dir"])
+    executed = out / EXECUTED_FILE
+    start = time.time()
+    outcome = {"key": job["key"], "notebook": str(executed), "host": socket.gethostname()}
+
+    def failed(error):
+        return {**outcome, "status": "failed", "error": error, "seconds": time.time() - start}
+
+    try:
+        validate_parameters(job["parameters"])  # unknown or invalid parameters fail before any work
+    except ParameterError as err:
+        return failed(str(err))
+    try:
+        prepared = _prepare_folder(job)
+    except RunBusyError:
+        return {**outcome, "status": "busy", "error": "another process is training this run now"}
+    except OSError as err:  # a read-only or full folder: its path and errno
+        return failed(describe_error(err, out))
+    if prepared.get("status"):
+        return {**outcome, **prepared}
+    outcome.update(prepared)
+
+    import papermill
+
+    tmp = out / f".experiment-{os.getpid()}.tmp.ipynb"
+    error = None
+    try:
+        with job_environment(job):
+            papermill.execute_notebook(job["notebook"], str(tmp), parameters=job["parameters"],
+                                       kernel_name="python3", cwd=str(Path(job["notebook"]).parent),
+                                       progress_bar=False, log_output=False)
+    except Exception as err:  # noqa: BLE001 - any failure is reported with the notebook's path
+        error = err
+    if getattr(error, "ename", None) == RunBusyError.__name__:  # lost a lock race: the winner's notebook stays
+        tmp.unlink(missing_ok=True)
+        return {**outcome, "status": "busy", "error": "another process is training this run now"}
+    if error is not None and not hasattr(error, "ename"):
+        # papermill itself failed (e.g. writing the notebook to a full disk): its temporary may be truncated
+        tmp.unlink(missing_ok=True)
+        kept = f"{executed} was kept as it was" if executed.exists() else "no notebook was kept"
+        return failed(f"{describe_error(error, tmp)}; the temporary was removed and {kept}")
+    # the notebook ran to its end or to a cell's exception: papermill wrote it completely
+    problem = _keep_notebook(tmp, executed, Path(job["notebook"]).parents[1])
+    if error is not None:
+        return failed(describe_error(error) + ("" if problem is None else f"; {problem}"))
+    if problem is not None:
+        return failed(problem)
+    result = read_result(out) or {}
+    if not result.get("finished"):
+        return failed("the notebook ran but result.json is not marked finished")
+    (out / CHECKPOINT_FILE).unlink(missing_ok=True)
+    (out / LOCK_FILE).unlink(missing_ok=True)  # released when the kernel ended; nothing to keep
+    return {**outcome, "status": "finished", "epochs": result["epochs_done"], "final": result["final"],
+            "seconds": time.time() - start}
+
+
+def _prepare_folder(job: dict) -> dict:
+    """Holding the folder's lock: look again (another runner may have finished the run since the batch was
+    planned), clear leftover temporaries, move corrupt files aside. Returns a final outcome (status) or notes."""
+    out = Path(job["output_dir"])
+    path, lock = open_output_dir(out)
+    try:
+        state = job_state(job)
+        if state.state == "finished":  # a finished run has no use for its checkpoint
+            (out / CHECKPOINT_FILE).unlink(missing_ok=True)
+            return {"status": "skipped", "epochs": state.epochs, "final": read_result(out)["final"]}
+        if state.state == "inconsistent":
+            return {"status": "inconsistent", "error": "; ".join(state.problems),
+                    "files": [str(f) for f in state.files]}
+        remove_temporaries(out)
+        if state.state == "corrupt":
+            moved = [f"{f} -> {move_aside(f).name}" for f in state.files]
+            return {"note": "moved aside (unreadable): " + ", ".join(moved) + "; the run restarted without it"}
+        return {}
+    finally:
+        lock.close()
+
+
+def _keep_notebook(tmp: Path, executed: Path, root: Path) -> str | None:
+    """Make papermill's finished temporary `tmp` the run's executed notebook, with papermill's absolute paths
+    made relative to the repository `root`; None if done, else what went wrong (the old notebook then stays
+    and the temporary is removed)."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(tmp, as_version=4)
+    except Exception as err:  # noqa: BLE001 - missing, or unreadable
+        tmp.unlink(missing_ok=True)
+        return f"papermill left no readable notebook ({type(err).__name__}: {err}); {executed} was not replaced"
+    meta = nb.metadata.get("papermill", {})
+    if meta.get("input_path") and Path(meta["input_path"]).is_relative_to(root):
+        meta["input_path"] = Path(meta["input_path"]).relative_to(root).as_posix()
+    meta["output_path"] = executed.relative_to(root).as_posix() if executed.is_relative_to(root) else str(executed)
+    text = nbformat.writes(nb)
+    try:
+        write_atomically(executed, text if text.endswith("\n") else text + "\n")
+    except OSError as err:
+        return describe_error(err)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return None
+
+
+def job_cost(job: dict) -> float:
+    """Relative cost of one epoch: images seen × weights (dense, as the engine multiplies dense matrices);
+    evaluation (10,000 test + up to 10,000 training images, forward only) counted at a third per image."""
+    sizes = ebp_lib.check_architecture(architecture_layers(job["parameters"]["architecture"]))
+    weights = sum(a * b for a, b in zip(sizes, sizes[1:]))
+    n = job["parameters"]["n_train"] or FULL_TRAIN
+    return weights * (n + (10000 + min(n, 10000)) / 3)
+
+
+def _progress(job: dict) -> tuple[int, float | None]:
+    """(epochs done, wall seconds per epoch in the current session) from the job's partial result.json."""
+    result = read_result(job["output_dir"])
+    if not result or not same_configuration(result.get("parameters", {}), job["parameters"]):
+        return 0, None
+    session = result["sessions"][-1]
+    return result["epochs_done"], session["seconds_per_epoch"] if session["to_epoch"] > session["from_epoch"] else None
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def status_line(elapsed: float, todo: list[dict], outcomes: dict, running: list[dict], workers: int) -> str:
+    """'[elapsed] k/n runs done (f failed) | running: key epoch e/E ... | about T left', counting only the
+    batch's runs to do (`todo`), not the ones skipped or busy at the start."""
+    keys = {job["key"] for job in todo}
+    done = {k: o for k, o in outcomes.items() if k in keys}
+    parts, rate_num, rate_den, remaining = [], 0.0, 0.0, 0.0
+    for job in running:
+        epochs, per_epoch = _progress(job)
+        parts.append(f"{job['key']} epoch {epochs}/{job['parameters']['epochs']}")
+        if per_epoch:
+            rate_num, rate_den = rate_num + per_epoch, rate_den + job_cost(job)
+    waiting = [j for j in todo if j["key"] not in done and j not in running]
+    failed = sum(1 for o in done.values() if o["status"] == "failed")
+    line = (f"[{format_seconds(elapsed):>6}] {len(done)}/{len(todo)} runs done"
+            f"{f' ({failed} failed)' if failed else ''} | running: {', '.join(parts) or '-'}")
+    if rate_den:
+        rate = rate_num / rate_den  # seconds per unit of job_cost, from the epochs seen so far
+        for job in running + waiting:
+            epochs, _ = _progress(job)
+            remaining += (job["parameters"]["epochs"] - epochs) * job_cost(job) * rate
+        line += f" | about {format_seconds(remaining / max(1, min(workers, len(running) + len(waiting))))} left"
+    return line
+
+
+def plan_batch(jobs: list[dict], echo=print) -> tuple[dict, list[dict]]:
+    """(outcomes of the jobs that need no run: skipped, busy, inconsistent; the jobs to run). Finished runs'
+    checkpoints are deleted; every other decision is echoed, corrupt and inconsistent ones with their files."""
+    outcomes, todo = {}, []
+    for job in jobs:
+        state, out = job_state(job), Path(job["output_dir"])
+        if state.state == "finished":
+            (out / CHECKPOINT_FILE).unlink(missing_ok=True)
+            outcomes[job["key"]] = {"key": job["key"], "status": "skipped", "epochs": state.epochs,
+                                    "final": read_result(out)["final"]}
+        elif is_locked(out):
+            outcomes[job["key"]] = {"key": job["key"], "status": "busy",
+                                    "error": "another process is training this run now"}
+        elif state.state == "inconsistent":
+            outcomes[job["key"]] = {"key": job["key"], "status": "inconsistent",
+                                    "error": "; ".join(state.problems), "files": [str(f) for f in state.files]}
+            echo(f"  {job['key']}: inconsistent, left alone ({'; '.join(state.problems)}; files: "
+                 f"{', '.join(map(str, state.files))})")
+        else:
+            todo.append(job)
+            note = {"partial": f"resuming after epoch {state.epochs}", "new": "new",
+                    "stale": "rerun (finished result of another configuration)",
+                    "corrupt": "unreadable " + ", ".join(map(str, state.files)) + ": it will be moved aside to "
+                               "<name>.corrupt-<time> and the run restarted without it"}[state.state]
+            echo(f"  {job['key']}: {note}")
+    count = lambda status: sum(o["status"] == status for o in outcomes.values())  # noqa: E731
+    echo(f"{len(jobs)} runs selected: {count('skipped')} already finished (skipped), {count('busy')} busy "
+         f"elsewhere, {count('inconsistent')} inconsistent (left alone), {len(todo)} to run")
+    return outcomes, todo
+
+
+def _start_cluster(scheduler: str | None, n_workers: int, echo):
+    """A Dask client: on the scheduler at `scheduler`, else on a new local cluster of `n_workers` processes,
+    one thread each. Returns (client, close)."""
+    import logging
+
+    import distributed
+
+    if scheduler:
+        import cloudpickle
+
+        module = sys.modules[__name__]
+        cloudpickle.register_pickle_by_value(module)  # the workers need not import this module themselves
+        client = distributed.Client(scheduler)
+        echo(f"sending runs to the Dask cluster at {scheduler}")
+
+        def close_remote():
+            client.close()
+            cloudpickle.unregister_pickle_by_value(module)
+        return client, close_remote
+    # The worker processes inherit an ignored SIGINT: Ctrl-C is the runner's to handle (it closes the cluster,
+    # which ends the workers and, with them, the notebook kernels).
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+    try:
+        cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                           memory_limit=0, dashboard_address=":0", silence_logs=logging.ERROR)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    client = distributed.Client(cluster)
+    echo(f"running in {n_workers} local worker process(es)")
+
+    def close():
+        client.close()
+        cluster.close()
+    return client, close
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None = None,
+              progress_every: float = 30.0, echo=print) -> list[dict]:
+    """Run `jobs`: finished ones are skipped, others resume from their checkpoint. Returns one outcome per
+    job (status skipped, busy, inconsistent, finished, failed, or interrupted by Ctrl-C/SIGTERM), in job order.
+
+    The jobs run on a Dask cluster: `n_jobs` local worker processes (default: the number of cores) on a
+    distributed.LocalCluster, or the existing cluster at `scheduler` (its workers must see this repository and
+    the data folder at the same paths). At most `n_jobs` jobs are submitted at once, in table order.
+    """
+    outcomes, todo = plan_batch(jobs, echo)
+    if not todo:
+        return [outcomes[j["key"]] for j in jobs]
+    window = n_jobs or (len(todo) if scheduler else os.cpu_count() or 1)
+    start, queue, running, last = time.time(), list(todo), {}, 0.0
+    handle_sigterm = _main_thread()
+    previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) if handle_sigterm else None
+    close = None
+    try:
+        client, close = _start_cluster(scheduler, min(window, len(todo)), echo)
+        while queue or running:
+            changed = False
+            for future in [f for f in running if f.done()]:
+                job = running.pop(future)
+                try:
+                    outcome = future.result()
+                except Exception as err:  # noqa: BLE001 - a worker died: report it, keep going
+                    outcome = {"key": job["key"], "status": "failed",
+                               "error": f"worker error: {describe_error(err)}",
+                               "notebook": str(Path(job["output_dir"]) / EXECUTED_FILE)}
+                outcomes[job["key"]] = outcome
+                changed = True
+                echo(f"  {job['key']}: {outcome['status']}" + (f" ({outcome['note']})" if outcome.get("note") else "")
+                     + (f" ({outcome['error']})" if outcome["status"] in ("failed", "inconsistent") else ""))
+            while queue and len(running) < window:
+                job = queue.pop(0)
+                running[client.submit(run_job, job, pure=False)] = job
+            if changed or time.time() - last >= progress_every:
+                echo(status_line(time.time() - start, todo, outcomes, list(running.values()), window))
+                last = time.time()
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        echo("interrupted: stopping the running jobs (their checkpoints are kept; rerun the same command to "
+             "resume)")
+        for job in todo:
+            outcomes.setdefault(job["key"], {"key": job["key"], "status": "interrupted",
+                                             "epochs": _progress(job)[0]})
+    finally:
+        if handle_sigterm:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+        if close is not None:
+            close()
+    return [outcomes[j["key"]] for j in jobs]
+
+
+def exit_status(outcomes: list[dict]) -> int:
+    """130 if interrupted, 1 if a run failed or was left alone as inconsistent, else 0 (skipped and busy
+    runs are not failures)."""
+    if any(o["status"] == "interrupted" for o in outcomes):
+        return 130
+    return 1 if any(o["status"] in ("failed", "inconsistent") for o in outcomes) else 0
+
+
+def summary(jobs: list[dict], outcomes: list[dict]) -> str:
+    """The end-of-batch report: one line per run, then every failure with the path of its notebook, and every
+    inconsistent run with its files."""
+    lines = [f"{'run':<32} {'status':<12} {'epochs':>6} {'EBP-P %':>8} {'EBP-D %':>8}  rows"]
+    for job, o in zip(jobs, outcomes):
+        final = o.get("final") or {}
+        p = f"{100 * final['test_ebp_p']:.2f}" if final else "-"
+        d = f"{100 * final['test_ebp_d']:.2f}" if final else "-"
+        lines.append(f"{job['key']:<32} {o['status']:<12} {o.get('epochs', '-')!s:>6} {p:>8} {d:>8}  "
+                     f"{'; '.join(job['rows'])}")
+    counts = {s: sum(o["status"] == s for o in outcomes) for s in
+              ("finished", "skipped", "failed", "inconsistent", "busy", "interrupted")}
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "nothing to do")
+    for o in outcomes:
+        if o.get("note"):
+            lines.append(f"NOTE {o['key']}: {o['note']}")
+        if o["status"] == "failed":
+            error = str(o.get("error", "?")).replace("\n", "\n       ")
+            lines.append(f"FAILED {o['key']}: {error}\n       notebook: {o.get('notebook', '?')}")
+        if o["status"] == "inconsistent":
+            lines.append(f"INCONSISTENT {o['key']}: {o.get('error', '?')}\n       files: "
+                         f"{', '.join(o.get('files', []))}\n       neither is touched: restore the result that "
+                         f"matches the checkpoint, or move both aside to retrain the run")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 6. Reading results back (notebooks/tables.ipynb)
+# ----------------------------------------------------------------------------------------------------------
+
+def _committed_results(runs_dir) -> dict[str, str]:
+    """{path relative to runs_dir: text} of every result.json committed under runs_dir (HEAD's version)."""
+    runs_dir = Path(runs_dir).resolve()
+    top = subprocess.run(["git", "-C", str(runs_dir), "rev-parse", "--show-toplevel"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    prefix = runs_dir.relative_to(Path(top).resolve()).as_posix()
+    listing = subprocess.run(["git", "-C", top, "ls-tree", "-r", "HEAD", "--", prefix], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    blobs = {line.split("\t", 1)[1]: line.split()[2] for line in listing
+             if line.endswith("/" + RESULT_FILE) and line.split("\t", 1)[1].count("/") == prefix.count("/") + 3}
+    if not blobs:
+        return {}
+    data = subprocess.run(["git", "-C", top, "cat-file", "--batch"], capture_output=True, check=True,
+                          input=("\n".join(blobs.values()) + "\n").encode()).stdout
+    out, pos = {}, 0
+    for path in blobs:  # each object comes back as "<sha> blob <size>\n<contents>\n", in the order asked
+        header_end = data.index(b"\n", pos)
+        size = int(data[pos:header_end].split()[2])
+        out[Path(path).relative_to(prefix).as_posix()] = data[header_end + 1:header_end + 1 + size].decode()
+        pos = header_end + 1 + size + 1
+    return out
+
+
+def load_results(runs_dir=RUNS_DIR, committed_only: bool = False) -> list[dict]:
+    """Every result.json under runs_dir (finished or not), sorted by path, each with its `profile` (the
+    folder above the run's) and `run_dir` (relative to runs_dir) added.
+
+    committed_only: read the versions committed to git (HEAD) instead of the files on disk, so runs in
+    progress in the working tree do not change what a committed, CI-checked notebook shows.
+    """
+    texts = None
+    if committed_only:
+        try:
+            texts = _committed_results(runs_dir)
+        except (OSError, subprocess.CalledProcessError):  # not a git checkout (e.g. an archive): read the disk
+            texts = None
+    if texts is None:
+        texts = {path.relative_to(runs_dir).as_posix(): path.read_text()
+                 for path in Path(runs_dir).glob(f"*/*/{RESULT_FILE}")}
+    out = []
+    for relative in sorted(texts):
+        try:
+            result = json.loads(texts[relative])
+        except ValueError:
+            continue
+        if result.get("epochs_done"):
+            profile, run = relative.split("/")[:2]
+            result["profile"], result["run_dir"] = profile, f"{profile}/{run}"
+            out.append(result)
+    return out
+
+
+def matches(row: dict, result: dict, reading: str = "analytic", seed: int | None = 0) -> bool:
+    """Whether a result was trained in the configuration of a table row (with the paper's defaults for the
+    data: MNIST, per-pixel standardisation, reference initialisation), with seed `seed` (None: any seed)."""
+    p = result["parameters"]
+    dropout = reading if row["dropout"] == "yes" else None
+    return (p["dataset"] == row["dataset"] and p["architecture"] == row["architecture"]
+            and p["weights"] == row["weights"] and p["dropout"] == dropout
+            and (dropout is None or p["keep"] == row["keep"])
+            and p["preprocessing"] == "pixel" and p["std_floor"] == 0 and p["init_scale"] == 1
+            and (seed is None or p.get("seed", 0) == seed))
+
+
+def completeness(result: dict) -> tuple:
+    """Sort key, larger = more complete: the paper's protocol finished, then training images seen, then
+    finished over unfinished, then the paper profile over others."""
+    paper_done = result["protocol"] == "paper" and result["finished"]
+    return (paper_done, result["epochs_done"] * result["n_train_images"], result["finished"],
+            result["profile"] == "paper")
+
+
+def best_results(rows: list[dict], results: list[dict], reading: str = "analytic", seed: int = 0) -> dict:
+    """run_id -> the most complete matching result of seed `seed` (absent when no run exists yet)."""
+    best = {}
+    for row in rows:
+        candidates = [r for r in results if matches(row, r, reading, seed)]
+        if candidates:
+            best[row["run_id"]] = max(candidates, key=completeness)
+    return best
+
+
+def seeds_run(results: list[dict]) -> list[int]:
+    """The seeds that results were trained with (a result without one is seed 0), sorted."""
+    return sorted({r["parameters"].get("seed", 0) for r in results})
+
+
+def provenance(result: dict) -> str:
+    """How a number was produced, short: profile, epochs done (of planned), training images."""
+    n = result["n_train_images"]
+    size = f"{n // 1000}k" if n % 1000 == 0 else f"{n:,}"
+    epochs = f"{result['epochs_done']}" + ("" if result["finished"] else f"/{result['parameters']['epochs']}")
+    return f"{result['profile']}, {epochs} ep, {size}"
+
+
+def ours(row: dict, best: dict) -> float | None:
+    """Our test error (percent) for a table row, or None if not run yet."""
+    result = best.get(row["run_id"])
+    return None if result is None else 100 * result["final"][f"test_{row['output']}"]
+
+
+def render_table(table: int, rows: list[dict], best: dict) -> str:
+    """One paper table as Markdown, transposed (one line per architecture, one column per output): every
+    cell 'paper / ours (difference) · profile, epochs, training images'."""
+    rows = [r for r in rows if r["table"] == table]
+    columns = list(dict.fromkeys(r["column"] for r in rows))
+    cell = {(r["column"], r["row"]): r for r in rows}
+    lines = [f"**{TABLE_TITLES[table]}** — test error %, paper / ours (ours − paper) · how ours was produced",
+             "", "| hidden | " + " | ".join(ROW_LABELS) + " |", "|---" * (len(ROW_LABELS) + 1) + "|"]
+    for column in columns:
+        out = []
+        for label in ROW_LABELS:
+            row = cell[(column, label)]
+            value = ours(row, best)
+            if value is None:
+                out.append(f"{row['paper_error']:.2f} / not yet run")
+            else:
+                out.append(f"{row['paper_error']:.2f} / {value:.2f} ({value - row['paper_error']:+.2f}) · "
+                           f"{provenance(best[row['run_id']])}")
+        lines.append(f"| {column} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+# The paper's qualitative findings, each a predicate over a table of errors errors[(table, row, column)]
+# (percent): it returns (holds, evidence) or None when none of the cells it needs exist.
+
+ONE_TWO = [("200", "[200,200]"), ("400", "[400,400]"), ("600", "[600,600]"), ("800", "[800,800]")]
+
+
+def _count(errors, pairs):
+    """(how many pairs (a, b) of cells have error a < b, how many pairs were compared), over the pairs of cells
+    that both have an error."""
+    pairs = [(errors[a], errors[b]) for a, b in pairs if a in errors and b in errors]
+    return (sum(a < b for a, b in pairs), len(pairs)) if pairs else None
+
+
+def finding_two_layers(errors):
+    """EBP-P: two hidden layers [w,w] beat one layer of w, at the same width (Tables 2 and 3)."""
+    counted = _count(errors, [((t, r, two), (t, r, one)) for t in (2, 3)
+                              for r in ("B-EBP-P", "R-EBP-P") for one, two in ONE_TWO])
+    return None if counted is None else (2 * counted[0] > counted[1], counted)
+
+
+def finding_dropout(errors):
+    """Dropout (Table 3) gives a lower error than no dropout (Table 2) in most cells."""
+    counted = _count(errors, [((3, r, c), (2, r, c)) for r in ROW_LABELS
+                              for c in {k[2] for k in errors if k[0] in (2, 3)}])
+    return None if counted is None else (2 * counted[0] > counted[1], counted)
+
+
+def finding_wide_binary_d(errors):
+    """Without dropout, B-EBP-D degrades for wide two-layer nets: worse at [800,800] than at [200,200],
+    and further behind B-EBP-P there (Table 2)."""
+    need = [(2, "B-EBP-D", "[200,200]"), (2, "B-EBP-D", "[800,800]"), (2, "B-EBP-P", "[200,200]"),
+            (2, "B-EBP-P", "[800,800]")]
+    if any(k not in errors for k in need):
+        return None
+    d200, d800, p200, p800 = (errors[k] for k in need)
+    return (d800 > d200 and d800 - p800 > d200 - p200,
+            f"B-EBP-D {d200:.2f} → {d800:.2f}, gap to B-EBP-P {d200 - p200:.2f} → {d800 - p800:.2f}")
+
+
+def finding_dropout_wide_binary_d(errors):
+    """With dropout, B-EBP-D does not degrade for wide two-layer nets: no worse at [800,800] than at [200,200]
+    (Table 3; the paper's B-EBP-D falls from 3.97% to 2.68% there)."""
+    need = [(3, "B-EBP-D", "[200,200]"), (3, "B-EBP-D", "[800,800]")]
+    if any(k not in errors for k in need):
+        return None
+    d200, d800 = (errors[k] for k in need)
+    return d800 <= d200, f"B-EBP-D {d200:.2f} → {d800:.2f}"
+
+
+def finding_real_beats_binary(errors):
+    """Real weights beat binary weights (same table, column and output) in most cells."""
+    counted = _count(errors, [((t, "R" + r[1:], c), (t, r, c)) for (t, r, c) in list(errors)
+                              if r.startswith("B")])
+    return None if counted is None else (2 * counted[0] > counted[1], counted)
+
+
+FINDINGS = [("Two hidden layers beat one (EBP-P, same width)", finding_two_layers, 16),
+            ("Dropout helps (Table 3 below Table 2)", finding_dropout, 36),
+            ("B-EBP-D degrades for wide two-layer nets without dropout", finding_wide_binary_d, 4),
+            ("With dropout, B-EBP-D does not degrade for wide two-layer nets", finding_dropout_wide_binary_d, 2),
+            ("Real weights beat binary weights", finding_real_beats_binary, 50)]
+
+
+def _evidence(value, n_expected) -> str:
+    if isinstance(value, tuple):
+        k, n = value
+        return f"{k}/{n} comparisons" + ("" if n >= n_expected else f", {n} of {n_expected} available")
+    return str(value)
+
+
+def check_findings(rows: list[dict], best: dict) -> list[dict]:
+    """Each finding evaluated on the paper's numbers and on ours: agree / disagree / not yet run.
+
+    Ours is evaluated separately within each protocol (profile, epochs done, training images): a 3-epoch run
+    says nothing against a 120-epoch one. The verdict comes from the most complete protocol that can test it."""
+    paper = {(r["table"], r["row"], r["column"]): r["paper_error"] for r in rows}
+    mine, protocol = {}, {}
+    for r in rows:
+        key, result = (r["table"], r["row"], r["column"]), best.get(r["run_id"])
+        if result is not None and ours(r, best) is not None:
+            mine[key] = ours(r, best)
+            protocol[key] = (result.get("n_train_images") or 0, result.get("epochs_done") or 0,
+                             result.get("profile"))
+    groups = sorted(set(protocol.values()), reverse=True)  # most training first
+    out = []
+    for title, predicate, n_expected in FINDINGS:
+        theirs = predicate(paper)
+        tested = [(g, predicate({k: v for k, v in mine.items() if protocol[k] == g}))
+                  for g in groups]
+        tested = [(g, t) for g, t in tested if t is not None]
+        verdict = "not yet run" if not tested else ("agree" if tested[0][1][0] == theirs[0] else "disagree")
+        out.append({"finding": title, "paper": f"{'holds' if theirs[0] else 'fails'} "
+                    f"({_evidence(theirs[1], n_expected)})",
+                    "ours": "; ".join(f"{g[2]}, {g[1]} ep: {'holds' if t[0] else 'fails'} "
+                                      f"({_evidence(t[1], n_expected)})" for g, t in tested) or "-",
+                    "verdict": verdict})
+    return out
+
+
+def coverage(rows: list[dict], best: dict) -> str:
+    """Per table: how many runs exist, and ours − paper (percentage points) over the cells run, separately for
+    each protocol (a 3-epoch difference and a 120-epoch one say different things)."""
+    lines = []
+    for table in sorted({r["table"] for r in rows}):
+        cells = [r for r in rows if r["table"] == table]
+        runs = sorted({r["run_id"] for r in cells})
+        line = f"Table {table}: {sum(run in best for run in runs)} of {len(runs)} runs have results"
+        by_protocol = {}
+        for r in cells:
+            if ours(r, best) is not None:
+                by_protocol.setdefault(provenance(best[r["run_id"]]), []).append(ours(r, best) - r["paper_error"])
+        paper_first = sorted(by_protocol.items(), key=lambda item: (not item[0].startswith("paper"), item[0]))
+        for label, diffs in paper_first:
+            line += (f"; {label}: ours − paper over {len(diffs)} cells: mean {sum(diffs) / len(diffs):+.2f}, "
+                     f"from {min(diffs):+.2f} to {max(diffs):+.2f} points")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def plot_learning_curves(ax, rows: list[dict], best: dict, table: int, weights: str) -> None:
+    """Test error (%) of EBP-P (solid) and EBP-D (dashed) against epoch, one colour per column of `table`."""
+    runs = list(dict.fromkeys((r["column"], r["run_id"]) for r in rows
+                              if r["table"] == table and r["weights"] == weights))
+    profiles = set()
+    for k, (column, run_id) in enumerate(runs):
+        result = best.get(run_id)
+        if result is None:
+            continue
+        profiles.add(result["profile"])
+        epochs = [h["epoch"] for h in result["history"]]
+        color = f"C{k % 10}"
+        ax.plot(epochs, [100 * h["test_ebp_p"] for h in result["history"]], "-", color=color, label=column)
+        ax.plot(epochs, [100 * h["test_ebp_d"] for h in result["history"]], "--", color=color)
+    ax.set(xlabel="epoch", ylabel="test error (%)",
+           title=f"Table {table}, {weights} ({', '.join(sorted(profiles)) or 'not yet run'})")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    if profiles:
+        from matplotlib.ticker import FormatStrFormatter
+
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))  # 20, 30, 40 rather than 2 × 10¹
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        ax.legend(fontsize=7, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "not yet run", ha="center", va="center", transform=ax.transAxes, color="grey")
