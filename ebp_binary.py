@@ -177,7 +177,8 @@ def model_bytes(packed: PackedNetwork) -> dict:
 # ----------------------------------------------------------------------------------------------------------
 
 def save_packed(path, packed: PackedNetwork) -> None:
-    """Write a packed network as .npz (format FORMAT_VERSION), atomically: an interrupted save loses nothing.
+    """Write a packed network as .npz (format FORMAT_VERSION), atomically: an interrupted or failed save leaves
+    the previous file as it was.
 
     Arrays: header (JSON: format, version, scale, per layer n_inputs / n_units / whether it has a mask plane,
     source), signs{k} and connected{k} (uint64), b{k} (float64).
@@ -193,8 +194,12 @@ def save_packed(path, packed: PackedNetwork) -> None:
         if layer.connected is not None:
             arrays[f"connected{k}"] = layer.connected
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except OSError as err:  # a full disk: the previous file stays as it was, no temporary is left behind
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, f"could not write {path}: {err.strerror or err}") from err
 
 
 def _read_arrays(path) -> dict:
