@@ -37,8 +37,12 @@ def train(architecture, dropout, data, weights="binary"):
 
 
 @pytest.fixture(scope="module")
-def small_binary_net(data):
-    return train([30, 10], None, data)
+def small_binary_net():
+    """An untrained binary net with nonzero biases: enough for the format tests, which need no data."""
+    net = ebp.init_network([30, 10], "binary", seed=0)
+    for k, layer in enumerate(net.layers):
+        layer.b[:] = np.random.default_rng(k).standard_normal(len(layer.b))
+    return net
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -65,7 +69,7 @@ def test_packed_predictions_equal_ebp_d_on_all_test_images(name, data, tmp_path)
     np.testing.assert_array_equal(eb.output_sums(packed, data.x_test[:1000], engine="numpy"), reference[:1000])
 
 
-def test_the_mask_plane_marks_exactly_the_weights_off_the_mask(data):
+def test_the_mask_plane_marks_exactly_the_weights_off_the_mask():
     net = ebp.init_network(ebp.paper_architecture("361-100"), "binary", seed=0)
     packed = eb.export_network(net)
     for layer, packed_layer in zip(net.layers, packed.layers):
@@ -142,8 +146,8 @@ def test_a_near_tie_is_decided_by_the_exact_sum():
     assert near_ties == 1 and words[0, 0] == 1
 
 
-def test_numba_and_numpy_engines_agree_on_a_trained_net(small_binary_net, data):
-    packed = eb.export_network(small_binary_net)
+def test_numba_and_numpy_engines_agree_on_a_trained_net(data):
+    packed = eb.export_network(train([30, 10], None, data))
     x = data.x_test[:500]
     np.testing.assert_array_equal(eb.output_sums(packed, x, "numba"), eb.output_sums(packed, x, "numpy"))
     np.testing.assert_allclose(eb._numba_first_layer_sums(packed.layers[0], x),
@@ -233,8 +237,8 @@ def test_loader_refuses_bits_in_the_padding_and_missing_arrays(packed_file, tmp_
         eb.load_packed(rewrite(packed_file, tmp_path / "missing.npz", b1=None))
 
 
-def test_real_weight_networks_are_refused(data, tmp_path):
-    real = train([30, 10], None, data, weights="real")
+def test_real_weight_networks_are_refused(tmp_path):
+    real = ebp.init_network([30, 10], "real", seed=0)
     with pytest.raises(ValueError, match="cannot pack a 'real'-weight network"):
         eb.export_network(real)
     checkpoint = tmp_path / "real.npz"
