@@ -2,18 +2,18 @@
 whole train_epoch call in one compiled (numba) function.
 
 ebp_lib calls this module by name (`train`, `outputs`) and imports it on first use; nothing here is needed to
-read the algorithm. Every kernel computes equations that ebp_lib writes in plain numpy, and
-tests/test_fast.py compares each one with that plain reference:
-
-    kernel here                      plain reference                          compared in tests/test_fast.py
-    _tanh32, _erf32                  np.tanh, scipy.special.erf (unit_mean)   test_fast_tanh_accuracy, ..._erf
-    _output_delta (erfcx written     ebp_lib.output_delta                     test_fast_output_delta_matches_...
-      out)
-    _back_product                    Δ @ ⟨W⟩ (numpy)                          test_back_product_equals_...
-    _layer_pass + _finish_layer      ebp_lib.update, layer_moments, unit_mean through _train_steps:
-    _backward                        ebp_lib.backward                           test_fast_equals_reference_after_...
-    _train_steps (train)             ebp_lib.train_epoch(engine="reference")   (h and b after 300 steps, 20 cases)
-    ebp_p                            ebp_lib.output_ebp_p                     test_fast_evaluation_equals_reference
+read the algorithm. Every kernel computes equations that ebp_lib writes in plain numpy, and tests/test_fast.py
+compares each one with that plain reference (test names in brackets):
+- _tanh32 with np.tanh [test_fast_tanh_accuracy], _erf32 with scipy's erf as in ebp_lib.unit_mean
+  [test_fast_unit_means_use_an_accurate_erf], their coefficients with scripts/fit_rational.py
+  [test_rational_fits_meet_their_error_bounds];
+- _output_delta (with _erfcx) with ebp_lib.output_delta [test_fast_output_delta_matches_the_reference_everywhere];
+- _back_product with numpy's Δ @ ⟨W⟩ [test_back_product_equals_matrix_product];
+- _layer_pass, _finish_layer, _load_inputs and _backward (ebp_lib.update, layer_moments, unit_mean, forward,
+  backward) through _train_steps, i.e. `train`, with ebp_lib.train_epoch(engine="reference"): h and b after 300
+  steps in 20 configurations, and the same random draws [test_fast_equals_reference_after_300_updates and the
+  tests after it];
+- ebp_p with ebp_lib.output_ebp_p [test_fast_evaluation_equals_reference].
 EBP-D in float32 is ebp_lib.output_ebp_d itself, run on a float32 copy of the network.
 
 How the compiled epoch differs from the reference (the same equations, docs/maths.md §Forward pass to §Update):

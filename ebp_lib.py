@@ -516,8 +516,11 @@ def increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.nda
 
 
 def update(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> None:
-    """h += increments (the natural parameter for binary weights; the mean for real ones, whose variance stays 1)
-    and b_i += Σ_batch Δ_i / sqrt(N_i), in place (docs/maths.md §Update)."""
+    """The update, in place (docs/maths.md §Update): h += increments (the natural parameter of a binary weight, the
+    mean of a real one, whose variance stays 1), and for the bias
+
+        b_i += Σ_batch Δ_i / sqrt(N_i)
+    """
     for layer, increment, delta in zip(net.layers, increments(net, fwd, deltas), deltas):
         layer.h += increment
         layer.b += (delta / np.sqrt(layer.n)).sum(axis=0)
