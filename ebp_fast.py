@@ -54,10 +54,12 @@ _LOG_SQRT_2_OVER_PI = 0.5 * math.log(2.0 / math.pi)
 NO_DROPOUT, ANALYTIC, SAMPLED = 0, 1, 2  # net.dropout inside the compiled code
 DROPOUT_CODES = {None: NO_DROPOUT, "analytic": ANALYTIC, "sampled": SAMPLED}
 
-# The float32 working copy of a network: h, m (⟨W⟩), b, mask, n (N) and inv_sqrt_n (1/sqrt(N)) are typed lists
-# with one array per layer (the first layer's h and mask hold only the used input columns); binary is the weight
-# type, dropout its code below, keep the dropout keep probability p.
-FastNet = namedtuple("FastNet", "h m b mask n inv_sqrt_n binary dropout keep")
+# The float32 working copy of a network: h, m (⟨W⟩), b, mask, second_mask, n (N) and inv_sqrt_n (1/sqrt(N)) are
+# typed lists with one array per layer (the first layer's h and masks hold only the used input columns); `mask`
+# confines the update, `second_mask` the sum Σ mask⟨v²⟩ (empty for dense layers, and for masked weights that are
+# held at h = 0 rather than absent: they keep ⟨W²⟩ = 1); binary is the weight type, dropout its code below,
+# keep the dropout keep probability p.
+FastNet = namedtuple("FastNet", "h m b mask second_mask n inv_sqrt_n binary dropout keep")
 # One layer's inputs for one step, (batch, K) each: ν, ⟨v²⟩, the factor of m² in σ²·N, the dropout mask.
 Inputs = namedtuple("Inputs", "nu v2 m2_factor kept")
 # One layer's moments for one step, (batch, V) each: μ, the products q = Σ m²·m2_factor and
@@ -157,11 +159,12 @@ def _refresh_row(h_row, out):
 
 
 @numba.njit(**_JIT)
-def _layer_pass(h, m, mask, store_m, binary, scaled_delta, nu, next_inputs, need_q, moments):
+def _layer_pass(h, m, mask, second_mask, store_m, binary, scaled_delta, nu, next_inputs, need_q, moments):
     """One pass over a layer's weights: this step's update fused with the next step's products.
 
         h_ij += Σ_s scaled_delta_si ν_sj (× mask_ij),   m_ij = tanh h_ij (binary) or h_ij (real),
-        mu_si = Σ_j m_ij ν'_sj,   q_si = Σ_j m_ij² m2_factor'_sj,   second_si = Σ_j mask_ij ⟨v²⟩'_sj (local layers),
+        mu_si = Σ_j m_ij ν'_sj,   q_si = Σ_j m_ij² m2_factor'_sj,   second_si = Σ_j second_mask_ij ⟨v²⟩'_sj
+                                                                        (local layers whose masked weights are absent),
 
     ' marking `next_inputs`, scaled_delta = Δ/sqrt(N). `scaled_delta` with 0 rows: products only; `next_inputs`
     with 0 rows: update only; need_q False: no q (real weights on the image without dropout, where the factor
@@ -172,7 +175,7 @@ def _layer_pass(h, m, mask, store_m, binary, scaled_delta, nu, next_inputs, need
     mu, q, second = moments.mu, moments.q, moments.second
     units, width = h.shape
     batch, batch_next = scaled_delta.shape[0], nu_next.shape[0]
-    masked = mask.shape[0] > 0
+    masked, masked_second = mask.shape[0] > 0, second_mask.shape[0] > 0
     need_q = need_q and batch_next > 0
     if batch <= 1 and batch_next <= 1 and not masked:
         _online_pass(h, m, store_m, binary, scaled_delta, nu, nu_next, m2_next, need_q, mu, q)
@@ -214,12 +217,12 @@ def _layer_pass(h, m, mask, store_m, binary, scaled_delta, nu, next_inputs, need
                     a11 += x1 * n1
             mu[t, i], mu[t, k], q[t, i], q[t, k] = a01, a11, c01, c11
             mu[s, i], mu[s, k], q[s, i], q[s, k] = a00, a10, c00, c10
-            if masked:
+            if masked_second:
                 for row in range(i, k + 1):
                     for u in range(s, t + 1):
                         acc = np.float32(0)
                         for j in range(width):
-                            acc += mask[row, j] * v2_next[u, j]
+                            acc += second_mask[row, j] * v2_next[u, j]
                         second[u, row] = acc + 1
 
 
@@ -440,11 +443,11 @@ def _train_steps(x, y, order, columns, batch_size, net, rng):
                 scaled_delta, nu = empty, empty
             # q = Σ m²·m2_factor is 0 only for real weights on the image without dropout (ν² − ⟨v²⟩ = 0 there)
             need_q = net.binary or net.dropout != NO_DROPOUT or l > 0
-            _layer_pass(net.h[l], net.m[l], net.mask[l], net.binary and l > 0, net.binary, scaled_delta, nu,
-                        _first_rows(inputs[kn], batch_next), need_q, moments[l])
+            _layer_pass(net.h[l], net.m[l], net.mask[l], net.second_mask[l], net.binary and l > 0, net.binary,
+                        scaled_delta, nu, _first_rows(inputs[kn], batch_next), need_q, moments[l])
             if batch_next:
                 _finish_layer(moments[l], net.b[l], net.n[l], net.inv_sqrt_n[l], inputs[kn].v2,
-                              net.mask[l].shape[0] > 0, need_q, batch_next)
+                              net.second_mask[l].shape[0] > 0, need_q, batch_next)
                 if l + 1 < n_layers:
                     _load_inputs(inputs[kn + 1], moments[l].nu[:batch_next], sources[l + 1], False, net, rng)
         cur = nxt
@@ -462,11 +465,13 @@ def working_copy(net: ebp_lib.Network, columns) -> FastNet:
     hs[0] = np.ascontiguousarray(hs[0][:, columns])
     if masks[0].size:
         masks[0] = np.ascontiguousarray(masks[0][:, columns])
+    no_mask = np.zeros((0, 0), FAST_DTYPE)
     return FastNet(
         h=List(hs),
         m=List([h if net.weights == "real" else np.empty_like(h) for h in hs]),  # ⟨W⟩: h itself for real weights
         b=List([layer.b.astype(FAST_DTYPE) for layer in net.layers]),
         mask=List(masks),
+        second_mask=List([no_mask if layer.held else mask for layer, mask in zip(net.layers, masks)]),
         n=List([layer.n.astype(FAST_DTYPE) for layer in net.layers]),
         inv_sqrt_n=List([(1.0 / np.sqrt(layer.n)).astype(FAST_DTYPE) for layer in net.layers]),
         binary=net.weights == "binary", dropout=DROPOUT_CODES[net.dropout], keep=float(net.keep))
@@ -517,9 +522,10 @@ def train(net: ebp_lib.Network, x, y, order, batch_size: int, rng, step_name) ->
 
 def float32_network(net: ebp_lib.Network) -> ebp_lib.Network:
     """A copy of `net` with h and b rounded to float32 (masks shared)."""
-    layers = [ebp_lib.Layer(layer.h.astype(FAST_DTYPE), layer.b.astype(FAST_DTYPE), layer.mask)
+    layers = [ebp_lib.Layer(layer.h.astype(FAST_DTYPE), layer.b.astype(FAST_DTYPE), layer.mask, layer.held)
               for layer in net.layers]
-    return ebp_lib.Network(layers, net.weights, net.architecture, net.input_side, net.dropout, net.keep)
+    return ebp_lib.Network(layers, net.weights, net.architecture, net.input_side, net.dropout, net.keep,
+                           net.mask_reading)
 
 
 def ebp_p(net32: ebp_lib.Network, weights: list, x) -> np.ndarray:
@@ -551,7 +557,8 @@ def ebp_p_weights(net32: ebp_lib.Network) -> list:
     out = []
     for layer in net32.layers:
         m = np.tanh(layer.h) if net32.weights == "binary" else layer.h
-        out.append((m, m * m, None if layer.mask is None else layer.mask.astype(FAST_DTYPE)))
+        absent = layer.mask is not None and not layer.held  # held weights keep ⟨W²⟩ = 1 in σ²
+        out.append((m, m * m, layer.mask.astype(FAST_DTYPE) if absent else None))
     return out
 
 

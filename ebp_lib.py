@@ -245,20 +245,27 @@ def load_dataset(dataset: str = "mnist", preprocessing: str = "pixel", std_floor
 
 WEIGHT_TYPES = ("binary", "real")
 DROPOUT_KINDS = (None, "analytic", "sampled")
+# The weights outside a spatial unit's receptive field (docs/maths.md §Spatial filtering): "absent" (they do not
+# exist: N counts the connected inputs) or "held" (the paper's full matrix with those elements kept at h = 0:
+# mean 0 but variance 1, so they add to σ², and N counts every input).
+MASK_READINGS = ("absent", "held")
 
 
 @dataclass
 class Layer:
     """One layer's posterior: h (V, K) natural parameters (binary) or means (real), b (V,) the real bias,
     an optional 0/1 connectivity mask (V, K). `n` (V,) is the normaliser N = fan-in + 1 of each unit (the +1
-    is the bias, docs/maths.md §Notation); with a mask the fan-in is the number of connected inputs."""
+    is the bias, docs/maths.md §Notation); with a mask the fan-in is the number of connected inputs, unless
+    `held`: then the masked weights are held at h = 0 but still count (the "held" reading of MASK_READINGS)."""
     h: np.ndarray
     b: np.ndarray
     mask: np.ndarray | None = None
+    held: bool = False
     n: np.ndarray = field(init=False)
 
     def __post_init__(self):
-        fan_in = self.mask.sum(axis=1) if self.mask is not None else np.full(len(self.h), self.h.shape[1])
+        absent = self.mask is not None and not self.held
+        fan_in = self.mask.sum(axis=1) if absent else np.full(len(self.h), self.h.shape[1])
         self.n = (fan_in + 1).astype(self.h.dtype)
 
 
@@ -273,6 +280,7 @@ class Network:
     input_side: int = 28
     dropout: str | None = None
     keep: float = 0.8
+    mask_reading: str = "absent"
 
     @property
     def sizes(self) -> list[int]:
@@ -280,7 +288,8 @@ class Network:
 
 
 def weight_moments(layer: Layer, weights: str) -> tuple[np.ndarray, np.ndarray]:
-    """⟨W⟩ and ⟨W²⟩ of every weight (docs/maths.md §Posterior parametrisation); 0 where masked out.
+    """⟨W⟩ and ⟨W²⟩ of every weight (docs/maths.md §Posterior parametrisation); 0 where masked out (a held
+    weight keeps h = 0: ⟨W⟩ = 0 but ⟨W²⟩ = 1).
 
         binary, P(W = ±1) ∝ exp(hW):  ⟨W⟩ = tanh h,  ⟨W²⟩ = 1
         real, W ~ N(h, 1):            ⟨W⟩ = h,       ⟨W²⟩ = h² + 1
@@ -289,7 +298,7 @@ def weight_moments(layer: Layer, weights: str) -> tuple[np.ndarray, np.ndarray]:
         mean, second = np.tanh(layer.h), np.ones_like(layer.h)
     else:
         mean, second = layer.h, layer.h * layer.h + 1.0
-    if layer.mask is not None:
+    if layer.mask is not None and not layer.held:
         mean, second = mean * layer.mask, second * layer.mask
     return mean, second
 
@@ -332,9 +341,10 @@ def check_architecture(architecture, input_side: int = 28) -> list[int]:
 
 def init_network(architecture, weights: str = "binary", seed: int = 0, input_side: int = 28,
                  init_scale: float = 1.0, dropout: str | None = None, keep: float = 0.8,
-                 dtype=np.float64) -> Network:
-    """A new network: h ~ Uniform with variance init_scale/K per unit, b = 0 (docs/maths.md §Posterior
-    parametrisation). Masked-out weights are exactly 0 and stay 0. The same seed gives the same network."""
+                 dtype=np.float64, mask_reading: str = "absent") -> Network:
+    """A new network: h ~ Uniform with variance init_scale/K per unit (K: the connected inputs), b = 0
+    (docs/maths.md §Posterior parametrisation). Masked-out weights are exactly 0 and stay 0; `mask_reading`
+    says whether they are absent or held at h = 0 (MASK_READINGS). The same seed gives the same network."""
     if weights not in WEIGHT_TYPES:
         raise ValueError(f"unknown weight type {weights!r}; choose 'binary' or 'real'")
     if dropout not in DROPOUT_KINDS:
@@ -343,6 +353,8 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
         raise ValueError(f"dropout keep probability p={keep} must be in (0, 1]")
     if not init_scale > 0:
         raise ValueError(f"init_scale={init_scale} must be positive")
+    if mask_reading not in MASK_READINGS:
+        raise ValueError(f"unknown mask reading {mask_reading!r}; choose 'absent' or 'held'")
     check_architecture(architecture, input_side)
     rng = np.random.default_rng(seed)
     layers, width, side = [], input_side ** 2, input_side
@@ -357,10 +369,10 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
         h = (rng.random((units, width)) - 0.5) * np.sqrt(12 * init_scale / fan_in)
         if mask is not None:
             h *= mask
-        layers.append(Layer(h.astype(dtype), np.zeros(units, dtype), mask))
+        layers.append(Layer(h.astype(dtype), np.zeros(units, dtype), mask, held=mask_reading == "held"))
         width = units
     return Network(layers, weights, [list(s) if isinstance(s, tuple) else s for s in architecture],
-                   input_side, dropout, keep)
+                   input_side, dropout, keep, mask_reading)
 
 
 def paper_architecture(name: str, n_classes: int = 10) -> list:
@@ -681,8 +693,11 @@ class CheckpointMismatchError(ValueError):
 
 
 def _config(net: Network) -> dict:
-    return {"architecture": net.architecture, "weights": net.weights, "input_side": net.input_side,
-            "dropout": net.dropout, "keep": net.keep, "dtype": str(net.layers[0].h.dtype)}
+    config = {"architecture": net.architecture, "weights": net.weights, "input_side": net.input_side,
+              "dropout": net.dropout, "keep": net.keep, "dtype": str(net.layers[0].h.dtype)}
+    if net.mask_reading != "absent":  # only then: files written before the option existed stay comparable
+        config["mask_reading"] = net.mask_reading
+    return config
 
 
 def _check_same_run(path, meta: dict, wanted: dict) -> None:
@@ -754,7 +769,8 @@ def load_network(path) -> tuple[Network, dict]:
             config = meta.pop("config")
             net = init_network([tuple(s) if isinstance(s, list) else s for s in config["architecture"]],
                                config["weights"], 0, config["input_side"], dropout=config["dropout"],
-                               keep=config["keep"], dtype=np.dtype(config["dtype"]))
+                               keep=config["keep"], dtype=np.dtype(config["dtype"]),
+                               mask_reading=config.get("mask_reading", "absent"))
             for k, layer in enumerate(net.layers):
                 layer.h[...], layer.b[...] = f[f"h{k}"], f[f"b{k}"]
     except FileNotFoundError:

@@ -380,3 +380,33 @@ def test_importing_the_readable_modules_does_not_import_numba():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("weights", WEIGHTS)
+def test_held_mask_reading_is_a_full_matrix_with_masked_weights_at_zero(weights):
+    """docs/maths.md §Spatial filtering: under the "held" reading a local layer is a dense layer whose masked h
+    are 0 (⟨W⟩ = 0, ⟨W²⟩ = 1, N = K + 1) and stay 0; under "absent" the masked weights do not count at all."""
+    data = tiny_data()
+    x, y = data.x_train[:10], data.y_train[:10]
+    held = ebp.init_network([("local", 2), 3], weights, seed=1, input_side=3, mask_reading="held")
+    absent = ebp.init_network([("local", 2), 3], weights, seed=1, input_side=3)
+    dense = ebp.init_network([4, 3], weights, seed=1, input_side=3)
+    for d, h in zip(dense.layers, held.layers):
+        d.h[...] = h.h
+    f_held, f_dense, f_absent = (ebp.forward(net, x) for net in (held, dense, absent))
+    np.testing.assert_allclose(f_held.mu[0], f_dense.mu[0], rtol=1e-12)
+    np.testing.assert_allclose(f_held.sigma2[0], f_dense.sigma2[0], rtol=1e-12)
+    assert np.all(held.layers[0].n == 10) and np.all(absent.layers[0].n == 5)
+    assert np.all(f_held.sigma2[0] > f_absent.sigma2[0] * absent.layers[0].n / held.layers[0].n)  # extra variance
+    ebp.train_step(held, x, y, engine="reference")
+    mask = held.layers[0].mask
+    assert np.all(held.layers[0].h[~mask] == 0) and np.any(held.layers[0].h[mask] != dense.layers[0].h[mask])
+    with pytest.raises(ValueError, match="mask reading"):
+        ebp.init_network([("local", 2), 3], weights, input_side=3, mask_reading="zero")
+
+
+def test_held_mask_reading_survives_save_and_load(tmp_path):
+    net = ebp.init_network([("local", 2), 3], "binary", seed=1, input_side=3, mask_reading="held")
+    ebp.save_network(tmp_path / "m.npz", net)
+    loaded, _ = ebp.load_network(tmp_path / "m.npz")
+    assert loaded.mask_reading == "held" and loaded.layers[0].held and np.all(loaded.layers[0].n == 10)

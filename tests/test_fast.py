@@ -71,6 +71,26 @@ def test_fast_equals_reference_after_300_updates(weights, architecture, dropout,
 
 
 @pytest.mark.parametrize("batch_size", [1, 10])
+@pytest.mark.parametrize("weights, architecture, dropout", [("binary", [("local", 5), 10], None),
+                                                           ("real", [("local", 5), ("local", 4), 10], None),
+                                                           ("binary", [("local", 5), 10], "sampled")])
+def test_held_mask_reading_fast_equals_reference(weights, architecture, dropout, batch_size):
+    """The "held" reading of spatial masks (masked weights kept at h = 0 in a full matrix) in both engines."""
+    x, y = data(300 * batch_size)
+    fast, reference = (ebp.init_network(architecture, weights, seed=2, input_side=SIDE, dropout=dropout,
+                                        mask_reading="held") for _ in range(2))
+    ebp.train_epoch(fast, x, y, batch_size, np.random.default_rng(5), engine="fast")
+    ebp.train_epoch(reference, x, y, batch_size, np.random.default_rng(5), engine="reference")
+    assert_close_networks(fast, reference)
+    for layer in fast.layers:
+        if layer.mask is not None:
+            assert np.all(layer.h[~layer.mask] == 0)  # held at 0
+    labels = y.argmax(axis=1)
+    fast_errors = ebp.evaluate(fast, x, labels, engine="fast")
+    assert fast_errors == ebp.evaluate(fast, x, labels, engine="reference")
+
+
+@pytest.mark.parametrize("batch_size", [1, 10])
 @pytest.mark.parametrize("weights, architecture, dropout", [("binary", [30, 10], None),
                                                            ("real", [("local", 5), 10], "analytic"),
                                                            ("binary", [20, 15, 10], "sampled")])
@@ -131,7 +151,7 @@ def test_fast_tanh_accuracy(batch):
     zeros = np.zeros((batch, width), np.float32)
     moments = ebp_fast.Moments(*(np.zeros((batch, units), np.float32) for _ in range(5)))
     no_mask, no_delta = np.zeros((0, 0), np.float32), np.zeros((batch, units), np.float32)
-    ebp_fast._layer_pass(h, m, no_mask, True, True, no_delta, zeros, ebp_fast.Inputs(zeros, zeros, zeros, zeros), True,
+    ebp_fast._layer_pass(h, m, no_mask, no_mask, True, True, no_delta, zeros, ebp_fast.Inputs(zeros, zeros, zeros, zeros), True,
                          moments)
     assert np.abs(m[0] - np.tanh(finite)).max() < 5e-7  # 8 float32 ulp of 1 (scripts/fit_rational.py)
 
