@@ -855,7 +855,7 @@ def plan_batch(jobs: list[dict], echo=print) -> tuple[dict, list[dict]]:
 
 def _start_cluster(scheduler: str | None, n_workers: int, echo):
     """A Dask client: on the scheduler at `scheduler`, else on a new local cluster of `n_workers` processes,
-    one thread each. Returns (client, close)."""
+    one thread each. Returns (client, close); close(interrupted=True) stops the running jobs at once."""
     import logging
 
     import distributed
@@ -868,12 +868,14 @@ def _start_cluster(scheduler: str | None, n_workers: int, echo):
         client = distributed.Client(scheduler)
         echo(f"sending runs to the Dask cluster at {scheduler}")
 
-        def close_remote():
+        def close_remote(interrupted=False):
+            # a remote worker cannot be told to stop a running notebook: the jobs already running go on to
+            # their end (or until their workers are stopped); none of the queued ones starts
             client.close()
             cloudpickle.unregister_pickle_by_value(module)
         return client, close_remote
-    # The worker processes inherit an ignored SIGINT: Ctrl-C is the runner's to handle (it closes the cluster,
-    # which ends the workers and, with them, the notebook kernels).
+    # The worker processes inherit an ignored SIGINT: Ctrl-C is the runner's to handle (it ends the workers and,
+    # with them, the notebook kernels, which exit when their parent dies).
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
     try:
         cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
@@ -882,12 +884,28 @@ def _start_cluster(scheduler: str | None, n_workers: int, echo):
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     client = distributed.Client(cluster)
+    client.run(_discard_stderr)
     echo(f"running in {n_workers} local worker process(es)")
 
-    def close():
+    def close(interrupted=False):
+        if interrupted:  # now: a graceful close lets each worker finish its task for another 4 s or so
+            import multiprocessing
+
+            for process in multiprocessing.active_children():
+                if process.name.startswith("Dask Worker process"):
+                    process.terminate()
         client.close()
         cluster.close()
     return client, close
+
+
+def _discard_stderr() -> None:
+    """In a local worker process: send its stderr, which the notebook kernels it starts inherit, to /dev/null.
+    Kernels log noise there ("Kernel is running over TCP without encryption"); a job's failure comes back in
+    its outcome and its executed notebook."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def _main_thread() -> bool:
@@ -916,7 +934,7 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
     start, queue, running, last = time.time(), list(todo), {}, 0.0
     handle_sigterm = _main_thread()
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) if handle_sigterm else None
-    close = None
+    close, interrupted = None, False
     try:
         client, close = _start_cluster(scheduler, min(window, len(todo)), echo)
         while queue or running:
@@ -941,6 +959,7 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
                 last = time.time()
             time.sleep(0.5)
     except KeyboardInterrupt:
+        interrupted = True
         echo("interrupted: stopping the running jobs (their checkpoints are kept; rerun the same command to "
              "resume)")
         for job in todo:
@@ -950,7 +969,7 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
         if handle_sigterm:
             signal.signal(signal.SIGTERM, previous_sigterm)
         if close is not None:
-            close()
+            close(interrupted)
     return [outcomes[j["key"]] for j in jobs]
 
 
