@@ -12,6 +12,8 @@ Nothing here trains a network. Four kinds of reference, each for the notebook th
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 from scipy import special
 
@@ -74,16 +76,107 @@ def marginal_natural_parameters(log_q: np.ndarray, configs: np.ndarray) -> np.nd
     return 0.5 * (special.logsumexp(masked[0], axis=0) - special.logsumexp(masked[1], axis=0))
 
 
-def ebp_h_increment(h: np.ndarray, shapes, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def ebp_h_increment(h: np.ndarray, shapes, x: np.ndarray, y: np.ndarray, **misprints) -> np.ndarray:
     """EBP's closed-form update (docs/maths.md §Forward pass, §Backward pass, §Update) of the flat natural parameters h
     of a tiny binary network with zero biases, for one example (x, y): forward, backward, increments. The
     biases are held at 0 (not updated), so that the weights are the only unknowns, as in the enumerated model
-    of noisy_network_likelihood. Returns the flat increment."""
+    of noisy_network_likelihood. Returns the flat increment. Keyword arguments switch on misprints of the
+    printed Algorithm 1 (those of algorithm1_step, e.g. factor_two=False; the values of MISPRINTS)."""
     net = Network([Layer(w.copy(), np.zeros(len(w))) for w in unflatten_layers(h, shapes)], "binary",
                   [v for v, _ in shapes])
-    fwd = forward(net, np.atleast_2d(x))
-    incs = increments(net, fwd, backward(net, fwd, np.atleast_2d(y)))
+    if misprints:
+        incs = algorithm1_step(net, np.atleast_2d(x), np.atleast_2d(y), **misprints)[3]
+    else:
+        fwd = forward(net, np.atleast_2d(x))
+        incs = increments(net, fwd, backward(net, fwd, np.atleast_2d(y)))
     return np.concatenate([inc.ravel() for inc in incs])
+
+
+def exact_increment(h: np.ndarray, shapes, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The exact mean-field ("Bayes-like") increment of the flat h of a tiny binary network with zero biases, for
+    one example: one exact Bayes step from the factorised posterior ∝ exp(Σ h_i W_i), over every weight
+    configuration, projected back onto its marginals (marginal_natural_parameters), minus h. What
+    ebp_h_increment approximates by a central limit and a first-order expansion (notebook 01)."""
+    configs = binary_configurations(len(h))
+    log_lik = np.log(noisy_network_likelihood(unflatten_layers(configs, shapes), [np.zeros(v) for v, _ in shapes],
+                                              x, np.atleast_1d(y)))
+    return marginal_natural_parameters(configs @ h + log_lik, configs) - h
+
+
+def one_step_increments(shapes, n_trials: int, rng, scale: float = 1.0, variants=None) -> dict[str, np.ndarray]:
+    """Exact and closed-form increments of one update for `n_trials` random (prior, example) pairs of a tiny
+    binary network: flat h ~ N(0, scale²), input x ~ N(0, scale²) of size K_1, label y = ±1 per output unit.
+    A small scale is weak evidence: the label moves each factor a little, the regime in which EBP's first-order
+    expansion is accurate. `variants` maps names to misprint flags (algorithm1_step's; default MISPRINTS).
+    Returns {"exact": (n_trials, n_weights), name: (n_trials, n_weights) for each variant}."""
+    variants = MISPRINTS if variants is None else variants
+    n_weights = sum(v * k for v, k in shapes)
+    out = {"exact": [], **{name: [] for name in variants}}
+    for _ in range(n_trials):
+        h = scale * rng.standard_normal(n_weights)
+        x, y = scale * rng.standard_normal(shapes[0][1]), rng.choice([-1.0, 1.0], size=shapes[-1][0])
+        out["exact"].append(exact_increment(h, shapes, x, y))
+        for name, flags in variants.items():
+            out[name].append(ebp_h_increment(h, shapes, x, y, **flags))
+    return {name: np.array(incs) for name, incs in out.items()}
+
+
+def increment_agreement(exact: np.ndarray, approx: np.ndarray, shapes) -> list[tuple[float, float]]:
+    """Per layer of weights: (correlation, mean |approx − exact| / mean |exact|) of two sets of flat increments
+    (trials, n_weights), e.g. one_step_increments' "exact" and one variant."""
+    layer_of = np.repeat(np.arange(len(shapes)), [v * k for v, k in shapes])
+    out = []
+    for k in range(len(shapes)):
+        a, b = exact[:, layer_of == k].ravel(), approx[:, layer_of == k].ravel()
+        out.append((float(np.corrcoef(a, b)[0, 1]), float(np.abs(b - a).mean() / np.abs(a).mean())))
+    return out
+
+
+def online_posteriors(h0: np.ndarray, shapes, xs: np.ndarray, ys: np.ndarray) -> dict[str, np.ndarray]:
+    """Online learning of a tiny binary network (zero biases) from the examples (xs[n], ys[n]) in turn, from the
+    factorised prior exp(Σ h0_i W_i), three ways (notebook 01):
+      "exact"       Bayes' rule over every configuration (its marginals, as h);
+      "mean field"  one exact Bayes step from the factorised posterior, then its marginals, after every example;
+      "EBP"         ebp_h_increment after every example.
+    Returns each one's flat h after 0, 1, …, n examples, (n + 1, n_weights), and "log_posterior", the exact
+    unnormalised log posterior over the rows of binary_configurations after the last example."""
+    configs = binary_configurations(len(h0))
+    weights, biases = unflatten_layers(configs, shapes), [np.zeros(v) for v, _ in shapes]
+    log_post, h_mf, h_ebp = configs @ h0, h0.copy(), h0.copy()
+    history = {"exact": [h0.copy()], "mean field": [h0.copy()], "EBP": [h0.copy()]}
+    for x, y in zip(xs, ys):
+        log_lik = np.log(noisy_network_likelihood(weights, biases, x, np.atleast_1d(y)))
+        log_post = log_post + log_lik
+        h_mf = marginal_natural_parameters(configs @ h_mf + log_lik, configs)
+        h_ebp = h_ebp + ebp_h_increment(h_ebp, shapes, x, np.atleast_1d(y))
+        for name, h in (("exact", marginal_natural_parameters(log_post, configs)), ("mean field", h_mf),
+                        ("EBP", h_ebp)):
+            history[name].append(h.copy())
+    return {**{name: np.array(hs) for name, hs in history.items()}, "log_posterior": log_post}
+
+
+def predictive_plus(h: np.ndarray, shapes, x: np.ndarray, log_posterior: np.ndarray | None = None,
+                    ebp: bool = False) -> np.ndarray:
+    """P(y = +1 | x) of a tiny binary network with one output unit and zero biases, for every row of x (S, K_1):
+    the Bayes average of noisy_network_likelihood over the distribution ∝ exp(log_posterior) over the
+    configurations (default: the factorised one, log q = Σ h_i W_i); with ebp=True, EBP-P's (1 + ν_L)/2 from
+    the forward pass of the factorised posterior h instead."""
+    if ebp:
+        net = Network([Layer(w.copy(), np.zeros(len(w))) for w in unflatten_layers(h, shapes)], "binary",
+                      [v for v, _ in shapes])
+        return (1.0 + forward(net, x).nu[-1][:, 0]) / 2.0
+    configs = binary_configurations(len(h))
+    weights, biases = unflatten_layers(configs, shapes), [np.zeros(v) for v, _ in shapes]
+    posterior = special.softmax(configs @ h if log_posterior is None else log_posterior)
+    return np.array([posterior @ noisy_network_likelihood(weights, biases, xt, np.ones(1)) for xt in x])
+
+
+def joint_of_two(log_q: np.ndarray, i: int, j: int) -> np.ndarray:
+    """P(W_i = a, W_j = b) for a, b ∈ {−1, +1} (rows a, columns b, −1 first) under the distribution ∝ exp(log_q)
+    over the rows of binary_configurations (notebook 01's picture of the posterior of two weights)."""
+    configs = binary_configurations(int(np.log2(len(log_q))))
+    p = special.softmax(log_q)
+    return np.array([[p[(configs[:, i] == a) & (configs[:, j] == b)].sum() for b in (-1, 1)] for a in (-1, 1)])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -237,6 +330,28 @@ def numerical_increments(net: Network, fwd: Pass, y: np.ndarray, eps: float = 1e
             for k in range(len(net.layers))]
 
 
+def directional_errors(net: Network, fwd: Pass, y: np.ndarray, incs: list[np.ndarray], seed: int = 0,
+                       n_directions: int = 3, eps: float = 1e-4) -> list[float]:
+    """A finite-difference check of h increments that scales to MNIST-sized layers (notebook 04): the increments
+    of layer k predict the change of ln P(v_L = y) (σ fixed, summed over the minibatch, log_likelihood_from)
+    along any direction D of its ⟨W⟩ as Σ_ij inc_ij D_ij. Compare that with the central difference
+    (f(⟨W⟩ + εD) − f(⟨W⟩ − εD)) / 2ε for `n_directions` random Gaussian directions D (drawn from `seed`, the same
+    for every call). Returns per layer ‖predicted − numerical‖ / ‖numerical‖ over the directions: at the
+    finite-difference noise floor for the exact increments, 1/2 for a layer whose increments are halved."""
+    rng, out = np.random.default_rng(seed), []
+    for k, inc in enumerate(incs):
+        predicted, numerical = [], []
+        for _ in range(n_directions):
+            d = rng.standard_normal(inc.shape)
+            d = d * net.layers[k].mask if net.layers[k].mask is not None else d
+            predicted.append(np.sum(inc * d))
+            up = log_likelihood_from(net, fwd, y, k, m=fwd.m[k] + eps * d)
+            down = log_likelihood_from(net, fwd, y, k, m=fwd.m[k] - eps * d)
+            numerical.append((up - down) / (2.0 * eps))
+        out.append(relative_error(predicted, numerical))
+    return out
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The paper's printed Algorithm 1, misprint by misprint (notebook 03; docs/maths.md §The printed Algorithm 1)
 # ----------------------------------------------------------------------------------------------------------
@@ -276,3 +391,89 @@ def paper_printed_increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) 
         prev = fwd.inputs[0] if k == 0 else fwd.mu[k - 1]
         out.append((delta / np.sqrt(layer.n - 1)).T @ prev)
     return out
+
+
+# Each misprint of the printed Algorithm 1 alone, the harmless √K convention, and the whole printed algorithm, as
+# flags of algorithm1_step (docs/maths.md §The printed Algorithm 1; notebooks 01, 03, 04).
+MISPRINTS = {
+    "corrected": {},                                          # ebp_lib: sqrt(K + 1), the factor 2, ν
+    "√K in both passes": {"sqrt_k": "both"},                  # the printed normaliser: a convention, no error
+    "no factor 2": {"factor_two": False},                     # the printed hidden Δ
+    "μ for ν": {"use_nu": False},                             # the printed h update
+    "√K in Δ only": {"sqrt_k": "backward"},                   # a mismatch of the passes (not in the paper)
+    "as printed": {"factor_two": False, "use_nu": False, "sqrt_k": "both"},   # the printed Algorithm 1
+}
+
+
+def with_fan_in_normaliser(net: Network) -> Network:
+    """A copy of `net` whose units divide by sqrt(K), their fan-in, instead of sqrt(N) = sqrt(K + 1): the printed
+    Algorithm 1's normaliser, to be used in both passes. The same network up to a scale of every unit's input:
+    μ/σ, ν and the h increments are unchanged, Δ scales by sqrt(N/K) per layer (notebook 03 §7)."""
+    out = copy.deepcopy(net)
+    for layer in out.layers:
+        layer.n = layer.n - 1
+    return out
+
+
+def algorithm1_step(net: Network, x: np.ndarray, y: np.ndarray, factor_two: bool = True, use_nu: bool = True,
+                    sqrt_k: str = "neither") -> tuple[Network, Pass, list[np.ndarray], list[np.ndarray]]:
+    """One step of Algorithm 1 on the minibatch (x, y), with the chosen misprints (the values of MISPRINTS):
+      factor_two=False   the hidden Δ without the 2 of dν/dμ = 2N(0|μ,σ²);
+      use_nu=False       the h increment with μ_{j,l−1} for ν_{j,l−1};
+      sqrt_k="both"      sqrt(K) in the forward and the backward pass (the printed algorithm; a convention),
+      sqrt_k="backward"  sqrt(K + 1) forward but sqrt(K) in Δ and the increments (a mismatch of the passes).
+    Returns the network whose forward pass was used (a with_fan_in_normaliser copy for "both"), that pass, Δ and
+    the h increments; the finite-difference reference must differentiate that network's forward pass."""
+    if sqrt_k not in ("neither", "both", "backward"):
+        raise ValueError(f"sqrt_k={sqrt_k!r}: choose 'neither' (sqrt(K+1) everywhere), 'both' (sqrt(K) in both "
+                         f"passes) or 'backward' (sqrt(K) in the backward pass only)")
+    used = with_fan_in_normaliser(net) if sqrt_k == "both" else net
+    fwd = forward(used, x)
+    deltas, incs = algorithm1_variant(used, fwd, y, factor_two, use_nu, bias_in_normaliser=sqrt_k != "backward")
+    return used, fwd, deltas, incs
+
+
+def misprint_errors(net: Network, x: np.ndarray, y: np.ndarray, variants=None,
+                    eps: float = 1e-5) -> dict[str, dict[str, list[float]]]:
+    """For each variant (default MISPRINTS): the relative error of every layer's Δ and h increments against
+    finite differences (numerical_deltas, numerical_increments) of ln P(v_L = y) for that variant's own forward
+    pass, {name: {"Δ": [layer 1, …], "Δh": [layer 1, …]}}. One function evaluation per entry: small networks."""
+    variants = MISPRINTS if variants is None else variants
+    references, out = {}, {}
+    for name, flags in variants.items():
+        used, fwd, deltas, incs = algorithm1_step(net, x, y, **flags)
+        key = flags.get("sqrt_k") == "both"                  # two forward passes: sqrt(K + 1) or sqrt(K)
+        if key not in references:
+            references[key] = numerical_deltas(used, fwd, y, eps), numerical_increments(used, fwd, y, eps)
+        ref_deltas, ref_incs = references[key]
+        out[name] = {"Δ": [relative_error(a, r) for a, r in zip(deltas, ref_deltas)],
+                     "Δh": [relative_error(a, r) for a, r in zip(incs, ref_incs)]}
+    return out
+
+
+def misprint_directional_errors(net: Network, x: np.ndarray, y: np.ndarray, variants=None, seed: int = 0,
+                                n_directions: int = 3, eps: float = 1e-4) -> dict[str, list[float]]:
+    """directional_errors of each variant's h increments (default MISPRINTS) on the minibatch (x, y), against its
+    own forward pass, with the same random directions for every variant: the finite-difference check of
+    notebook 04, cheap enough for a [784, 200, 10] network. {name: [layer 1, …]}."""
+    variants = MISPRINTS if variants is None else variants
+    out = {}
+    for name, flags in variants.items():
+        used, fwd, _, incs = algorithm1_step(net, x, y, **flags)
+        out[name] = directional_errors(used, fwd, y, incs, seed, n_directions, eps)
+    return out
+
+
+def train_epoch_variant(net: Network, x: np.ndarray, y: np.ndarray, batch_size: int, rng, **misprints) -> None:
+    """One epoch of EBP, in place, with misprints of Algorithm 1 switched on (algorithm1_step's flags): what each
+    costs in training (notebook 04). The training set in a new random order from `rng`, one step per minibatch,
+    increments summed; the bias moves by the variant's Δ over its own normaliser, as in ebp_lib.update. Without
+    flags it is ebp_lib.train_epoch(engine="reference") bit for bit. No dropout."""
+    order = rng.permutation(len(x))
+    for start in range(0, len(x), batch_size):
+        idx = order[start:start + batch_size]
+        used, _, deltas, incs = algorithm1_step(net, x[idx], y[idx], **misprints)
+        for layer, norm, inc, delta in zip(net.layers, used.layers, incs, deltas):
+            n = norm.n - 1 if misprints.get("sqrt_k") == "backward" else norm.n
+            layer.h += inc
+            layer.b += (delta / np.sqrt(n)).sum(axis=0)

@@ -96,3 +96,107 @@ def test_class_probabilities_and_scaled_posterior():
     sharper = analysis.with_scaled_h(net, 3.0)
     np.testing.assert_array_equal(ebp.output_ebp_d(sharper, x), ebp.output_ebp_d(net, x))   # signs kept
     np.testing.assert_array_equal(sharper.layers[0].h, 3.0 * net.layers[0].h)
+
+
+# --- exact enumeration against EBP, and the printed Algorithm 1 variant by variant (issue 16) -------------------
+
+def test_exact_increment_of_a_single_weight_is_the_log_likelihood_ratio():
+    """One weight, no other unknowns: P(y | W) = Φ(y W x), so the exact update is ½ ln[Φ(yx)/Φ(−yx)] whatever h."""
+    from scipy.special import ndtr
+    for h, x, y in ((0.0, 0.7, 1.0), (1.3, -0.4, 1.0), (-0.5, 2.0, -1.0)):
+        expected = 0.5 * (np.log(ndtr(y * x)) - np.log(ndtr(-y * x)))
+        inc = checks.exact_increment(np.array([h]), [(1, 1)], np.array([x]), np.array([y]))
+        assert inc[0] == pytest.approx(expected, rel=1e-10)
+
+
+def test_one_step_increments_separate_the_misprints_in_the_weak_evidence_regime():
+    rng = np.random.default_rng(0)
+    shapes = [(2, 4), (1, 2)]
+    incs = checks.one_step_increments(shapes, 30, rng, scale=0.3)
+    assert set(incs) == {"exact", *checks.MISPRINTS} and incs["exact"].shape == (30, 10)
+    worst = {name: max(rel for _, rel in checks.increment_agreement(incs["exact"], incs[name], shapes))
+             for name in checks.MISPRINTS}
+    assert worst["corrected"] < 0.15 and worst["√K in both passes"] < 0.15       # the convention changes nothing
+    np.testing.assert_allclose(incs["√K in both passes"], incs["corrected"], rtol=1e-9, atol=1e-12)
+    assert min(worst[name] for name in ("no factor 2", "μ for ν", "√K in Δ only", "as printed")) > 0.2, worst
+
+
+def test_online_posteriors_of_a_single_weight_agree_exactly():
+    """With one weight the mean field is exact: exact and mean-field h coincide at every step; EBP starts equal."""
+    from scipy.special import ndtr
+    rng = np.random.default_rng(1)
+    xs, ys = rng.standard_normal((5, 1)), rng.choice([-1.0, 1.0], size=5)
+    out = checks.online_posteriors(np.array([0.2]), [(1, 1)], xs, ys)
+    assert out["exact"].shape == (6, 1) and out["log_posterior"].shape == (2,)
+    np.testing.assert_allclose(out["mean field"], out["exact"], rtol=1e-10, atol=1e-12)
+    assert out["EBP"][0, 0] == 0.2
+    expected = 0.2 + sum(0.5 * np.log(ndtr(y * x[0]) / ndtr(-y * x[0])) for x, y in zip(xs, ys))
+    assert out["exact"][-1, 0] == pytest.approx(expected, rel=1e-10)
+
+
+def test_predictive_plus_and_joint_of_two_on_a_product_distribution():
+    h = np.array([0.5, -1.0, 0.2])
+    configs = checks.binary_configurations(3)
+    joint = checks.joint_of_two(configs @ h, 0, 1)
+    p_plus = 0.5 * (1 + np.tanh(h))
+    np.testing.assert_allclose(joint, np.outer([1 - p_plus[0], p_plus[0]], [1 - p_plus[1], p_plus[1]]), rtol=1e-12)
+    x = np.random.default_rng(2).standard_normal((4, 3))
+    exact = checks.predictive_plus(h, [(1, 3)], x)
+    assert np.all((exact > 0) & (exact < 1))
+    np.testing.assert_allclose(checks.predictive_plus(h, [(1, 3)], x, log_posterior=configs @ h), exact, rtol=1e-12)
+    # a perceptron's EBP-P is (1 + ν)/2 = Φ(μ/σ): the exact average of Φ(W·x) when W·x + ε is Gaussian, close here
+    np.testing.assert_allclose(checks.predictive_plus(h, [(1, 3)], x, ebp=True), exact, atol=0.05)
+
+
+def misprint_setup(weights="binary"):
+    net = ebp.init_network([7, 5, 3], weights, seed=2, input_side=3, init_scale=4.0)
+    rng = np.random.default_rng(3)
+    for layer in net.layers:
+        layer.b[:] = np.sqrt(layer.n) * rng.standard_normal(len(layer.b))
+    return net, rng.standard_normal((3, 9)), np.where(rng.random((3, 3)) < 0.5, 1.0, -1.0)
+
+
+def test_fan_in_normaliser_is_a_convention_for_the_increments_not_for_delta():
+    net, x, y = misprint_setup()
+    k_net = checks.with_fan_in_normaliser(net)
+    assert np.array_equal(net.layers[0].n, [10.0] * 7) and np.array_equal(k_net.layers[0].n, [9.0] * 7)  # copy
+    fwd, k_fwd = ebp.forward(net, x), ebp.forward(k_net, x)
+    np.testing.assert_allclose(k_fwd.nu[-1], fwd.nu[-1], rtol=1e-12)
+    deltas, k_deltas = ebp.backward(net, fwd, y), ebp.backward(k_net, k_fwd, y)
+    for a, b in zip(ebp.increments(net, fwd, deltas), ebp.increments(k_net, k_fwd, k_deltas)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(deltas[0] / k_deltas[0], np.sqrt(10 / 9), rtol=1e-10)   # Δ_1 rescales by √(N/K)
+
+
+def test_algorithm1_step_and_misprint_errors():
+    net, x, y = misprint_setup("real")
+    _, fwd, deltas, incs = checks.algorithm1_step(net, x, y)
+    assert all(np.array_equal(a, b) for a, b in zip(deltas, ebp.backward(net, fwd, y)))
+    with pytest.raises(ValueError, match="sqrt_k"):
+        checks.algorithm1_step(net, x, y, sqrt_k="forward")
+    errors = checks.misprint_errors(net, x, y)
+    for name in ("corrected", "√K in both passes"):
+        assert max(errors[name]["Δ"] + errors[name]["Δh"]) < 1e-6, (name, errors[name])
+    assert errors["no factor 2"]["Δ"][:2] == pytest.approx([0.75, 0.5], rel=1e-5)     # halved once, then twice
+    assert errors["μ for ν"]["Δ"] == errors["corrected"]["Δ"] and min(errors["μ for ν"]["Δh"][1:]) > 1e-2
+    assert min(errors["√K in Δ only"]["Δh"]) > 1e-2 and max(errors["as printed"]["Δh"]) > 0.1
+
+
+def test_directional_errors_agree_with_full_finite_differences():
+    net, x, y = misprint_setup()
+    errors = checks.misprint_directional_errors(net, x, y, n_directions=4)
+    assert max(errors["corrected"] + errors["√K in both passes"]) < 1e-6, errors
+    assert errors["no factor 2"][:2] == pytest.approx([0.75, 0.5], rel=1e-5)     # a scaled layer: exactly its scale
+    assert min(errors["μ for ν"][1:]) > 1e-2 and min(errors["√K in Δ only"]) > 1e-2
+
+
+def test_train_epoch_variant_without_misprints_is_the_reference_epoch():
+    data = small_data()
+    nets = [ebp.init_network([6, 3], "binary", seed=1, input_side=4) for _ in range(3)]
+    checks.train_epoch_variant(nets[0], data.x_train, data.y_train, 10, np.random.default_rng(5))
+    ebp.train_epoch(nets[1], data.x_train, data.y_train, 10, np.random.default_rng(5), engine="reference")
+    for a, b in zip(nets[0].layers, nets[1].layers):
+        assert np.array_equal(a.h, b.h) and np.array_equal(a.b, b.b)
+    checks.train_epoch_variant(nets[2], data.x_train, data.y_train, 10, np.random.default_rng(5), factor_two=False)
+    assert not np.array_equal(nets[2].layers[0].h, nets[0].layers[0].h)
+    np.testing.assert_array_equal(nets[2].layers[0].h != nets[2].layers[0].h, False)   # finite
