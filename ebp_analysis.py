@@ -1,6 +1,7 @@
 """Helpers the notebooks call to look at trained networks, so that their cells stay a few lines long: learning
 curves (notebooks 05, 07), the class probabilities and calibration of EBP-P and a rescaled posterior
-(notebook 06), receptive fields and weight images of locally connected layers (notebook 08).
+(notebook 06), receptive fields, their outlines, weight images of locally connected layers and occlusion maps
+(notebook 08).
 
 They are analysis, not the algorithm (ebp_lib) and not a check of it (ebp_checks).
 """
@@ -106,3 +107,44 @@ def weights_as_image(net: Network, layer_index: int, unit: int) -> np.ndarray:
     image = np.where(layer.mask[unit], m[unit], np.nan) if layer.mask is not None else m[unit].copy()
     side = int(round(np.sqrt(layer.h.shape[1])))
     return image.reshape(side, side)
+
+
+def outline(ax, field: np.ndarray, **style):
+    """Draw on `ax` the rectangle around the True pixels of a receptive-field image (receptive_field), in the
+    pixel coordinates of imshow (pixel (i, j) covers [j − ½, j + ½] × [i − ½, i + ½]); `style` goes to
+    matplotlib's Rectangle (edgecolor, lw, ls, label). Returns the patch (notebook 08)."""
+    from matplotlib.patches import Rectangle
+
+    rows, cols = np.nonzero(field)
+    if len(rows) == 0:
+        raise ValueError("outline: the field has no True pixel, so there is nothing to draw around")
+    corner = (cols.min() - 0.5, rows.min() - 0.5)
+    return ax.add_patch(Rectangle(corner, np.ptp(cols) + 1, np.ptp(rows) + 1, fill=False, **style))
+
+
+def occlusion_map(score, x: np.ndarray, side: int, patch: int, fill: float = 0.0) -> np.ndarray:
+    """Occlusion sensitivity of score(x) for one image x (side², ) (notebook 08).
+
+    Every patch × patch square of the image is replaced in turn by `fill` (0 is the training-set mean of each
+    pixel after per-pixel standardisation: "the average digit there"), and the drop
+        d(square) = score(x) − score(x with that square filled)
+    is recorded; a pixel's value is the mean drop over the squares that contain it. Positive: the pixels there
+    supported the score; negative: they argued against it. `score` maps a batch of images (n, side²) to one
+    number per image; it is called twice (once on x, once on all (side − patch + 1)² occluded copies).
+    Returns a (side, side) array.
+    """
+    x = np.asarray(x, dtype=float).ravel()
+    if x.size != side * side or not 1 <= patch <= side:
+        raise ValueError(f"occlusion_map: need an image of side² = {side * side} pixels and 1 <= patch <= {side}, "
+                         f"got {x.size} pixels and patch {patch}")
+    out = side - patch + 1
+    corners = [divmod(k, out) for k in range(out * out)]
+    occluded = np.repeat(x.reshape(1, side, side), out * out, axis=0)
+    for k, (a, c) in enumerate(corners):
+        occluded[k, a:a + patch, c:c + patch] = fill
+    drop = np.asarray(score(x[None]), dtype=float)[0] - np.asarray(score(occluded.reshape(out * out, -1)), float)
+    total, count = np.zeros((side, side)), np.zeros((side, side))
+    for d, (a, c) in zip(drop, corners):
+        total[a:a + patch, c:c + patch] += d
+        count[a:a + patch, c:c + patch] += 1
+    return total / count

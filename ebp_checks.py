@@ -18,7 +18,7 @@ import numpy as np
 from scipy import special
 
 from ebp_lib import (Layer, Network, Pass, backward, forward, gaussian_at_zero, increments, output_delta,
-                     unit_mean)
+                     unit_mean, weight_moments)
 
 
 def relative_error(estimate, reference) -> float:
@@ -284,6 +284,32 @@ def exact_sign_mean_pm1(a: np.ndarray, c: np.ndarray) -> np.ndarray:
     dist = pm1_sum_distribution(a)
     s = 2.0 * np.arange(dist.shape[1]) - (dist.shape[1] - 1)
     return np.sum(dist * special.erf((s + np.asarray(c)[:, None]) / np.sqrt(2.0)), axis=1)
+
+
+def dropout_mask_moments(layer: Layer, weights: str, x: np.ndarray, keep: float):
+    """Closed forms for sampled dropout on a first layer with a deterministic image x (K,) (notebook 07,
+    docs/maths.md §Dropout). With Bernoulli(p) masks r on the pixels and m = ⟨W⟩, T = Σ_j (⟨W_j²⟩ − m_j²) x_j²:
+
+        mean over masks and weights      μ        = (p Σ_j m_j x_j + b) / sqrt(N)
+        variance over masks and weights  σ²_masks = (p T + p(1 − p) Σ_j m_j² x_j² + 1) / N   (total variance)
+        the weight-scaled test network   σ²_test  = (p² T + 1) / N
+
+    Returns (μ, σ²_masks, σ²_test), each (V,). σ²_test < σ²_masks: weight scaling gets the mean of the mask
+    ensemble right and its variance wrong."""
+    m, w2 = weight_moments(layer, weights)
+    x2 = np.asarray(x) ** 2
+    t, signal = (w2 - m * m) @ x2, (m * m) @ x2
+    mu = (keep * (m @ x) + layer.b) / np.sqrt(layer.n)
+    return mu, (keep * t + keep * (1 - keep) * signal + 1) / layer.n, (keep ** 2 * t + 1) / layer.n
+
+
+def within_standard_errors(sampled_mean, sampled_var, mu, sigma2, n_samples: int, k: float = 5.0) -> bool:
+    """True if every sampled mean is within k standard errors σ/√n of μ and every sampled variance within k
+    standard errors σ²·√(2/n) of σ² (the standard error of a variance estimate for Gaussian u): the test that
+    a Monte Carlo estimate from n_samples draws agrees with a closed form (notebooks 05, 07)."""
+    sigma2 = np.asarray(sigma2)
+    return bool(np.all(np.abs(np.asarray(sampled_mean) - mu) < k * np.sqrt(sigma2 / n_samples))
+                and np.all(np.abs(np.asarray(sampled_var) - sigma2) < k * sigma2 * np.sqrt(2.0 / n_samples)))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -98,6 +98,35 @@ def test_class_probabilities_and_scaled_posterior():
     np.testing.assert_array_equal(sharper.layers[0].h, 3.0 * net.layers[0].h)
 
 
+@pytest.mark.parametrize("weights", ["binary", "real"])
+def test_dropout_mask_moments_against_sampled_masks_and_weights(weights):
+    """The closed forms of notebook 07 against Monte Carlo over masks and weights (monte_carlo_layer_inputs),
+    and the weight-scaled test network against Monte Carlo over the weights with input p·x."""
+    rng = np.random.default_rng(0)
+    layer = ebp.Layer(rng.normal(0, 1.5, (3, 40)), np.array([0.5, -1.0, 0.0]))
+    x, keep, n = rng.standard_normal(40), 0.8, 200_000
+    mu, sigma2_masks, sigma2_test = checks.dropout_mask_moments(layer, weights, x, keep)
+    masks = (rng.random((n, 40)) < keep) * x
+    mean_mc, var_mc = checks.monte_carlo_layer_inputs(layer, weights, masks, rng)
+    assert checks.within_standard_errors(mean_mc, var_mc, mu, sigma2_masks, n)
+    assert not checks.within_standard_errors(mean_mc, var_mc, mu, sigma2_test, n)   # the test rule's variance is smaller
+    assert np.all(sigma2_test < sigma2_masks)
+    mean_c, var_c, _ = checks.monte_carlo_layer(layer, weights, keep * x, rng, n)
+    assert checks.within_standard_errors(mean_c, var_c, mu, sigma2_test, n)
+    net = ebp.Network([layer], weights, [3], dropout="sampled", keep=keep)
+    test_pass = ebp.forward(net, x[None])                                            # forward(train=False) is pW
+    np.testing.assert_allclose(test_pass.mu[0][0], mu, rtol=1e-12)
+    np.testing.assert_allclose(test_pass.sigma2[0][0], sigma2_test, rtol=1e-12)
+
+
+def test_within_standard_errors_uses_the_stated_errors():
+    mu, sigma2, n = np.zeros(2), np.full(2, 4.0), 10_000                    # SE of the mean 0.02, of the variance 0.0566
+    assert checks.within_standard_errors([0.09, -0.09], [4.25, 3.75], mu, sigma2, n)
+    assert not checks.within_standard_errors([0.11, 0.0], [4.0, 4.0], mu, sigma2, n)     # mean 5.5 SE away
+    assert not checks.within_standard_errors([0.0, 0.0], [4.0, 4.3], mu, sigma2, n)      # variance 5.3 SE away
+    assert checks.within_standard_errors([0.11, 0.0], [4.0, 4.0], mu, sigma2, n, k=6.0)
+
+
 # --- exact enumeration against EBP, and the printed Algorithm 1 variant by variant (issue 16) -------------------
 
 def test_exact_increment_of_a_single_weight_is_the_log_likelihood_ratio():
