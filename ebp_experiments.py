@@ -455,8 +455,10 @@ def run_problems(params: dict, result: dict | None, meta: dict | None) -> list[s
             problems.append(f"the checkpoint holds {len(saved)} epochs, result.json "
                             f"{'finished after ' if result.get('finished') else ''}{done}")
         common = min(len(saved), len(result.get("history") or []))
-        pick = lambda records: [{k: r.get(k) for k in HISTORY_KEYS} for r in records[:common]]  # noqa: E731
-        if pick(saved) != pick(result["history"]):
+
+        def first_epochs(records):
+            return [{k: r.get(k) for k in HISTORY_KEYS} for r in records[:common]]
+        if first_epochs(saved) != first_epochs(result["history"]):
             problems.append("the checkpoint's history and result.json's differ")
     return problems
 
