@@ -21,7 +21,6 @@ import ast
 import contextlib
 import csv
 import datetime as _dt
-import errno
 import io
 import json
 import math
@@ -245,6 +244,18 @@ def git_state(root=REPO, paths=(".", ":(exclude)outputs")) -> dict:
         return unknown
     changed = [line[3:] for line in status.stdout.splitlines()]
     return {"git_commit": head.stdout.strip(), "git_dirty": bool(changed), "git_changed": changed[:20]}
+
+
+def machine_record(packages=("numpy", "scipy", "numba"), git_paths=(".", ":(exclude)outputs")) -> dict:
+    """Where and with what something ran: CPU model and cores, platform, Python and `packages` versions, the BLAS
+    libraries loaded (threadpoolctl), the UTC date, and the git state of `git_paths` (git_state)."""
+    from threadpoolctl import threadpool_info
+
+    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), **package_versions(packages),
+            "blas": [{k: i.get(k) for k in ("internal_api", "version", "num_threads")} for i in threadpool_info()
+                     if i.get("user_api") == "blas"],
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "platform": platform.platform(), **git_state(REPO, git_paths)}
 
 
 def write_atomically(path, data: bytes | str) -> None:

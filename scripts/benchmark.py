@@ -30,9 +30,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # b
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import datetime as dt  # noqa: E402
 import multiprocessing as mp  # noqa: E402
-import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -247,15 +245,9 @@ def targets(result) -> list[dict]:
 # --- machine and main ----------------------------------------------------------------------------------------
 
 def machine() -> dict:
-    """Where and with what the benchmark ran (the same records as a table run's sessions, ebp_experiments)."""
-    from threadpoolctl import threadpool_info
-
-    git = ex.git_state(REPO, paths=("ebp_lib.py", "ebp_fast.py", "scripts/benchmark.py"))  # the timed code
-    return {"cpu_model": ex.cpu_model(), "cores": os.cpu_count(), **ex.package_versions(("numpy", "scipy", "numba")),
-            "blas": [{k: i.get(k) for k in ("internal_api", "version", "num_threads")} for i in threadpool_info()
-                     if i.get("user_api") == "blas"],
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git_commit": git["git_commit"],
-            "uncommitted_changes": git.get("git_changed"), "platform": platform.platform()}
+    """Where and with what the benchmark ran (ebp_experiments.machine_record); git_changed lists the timed code's
+    files that differ from git_commit."""
+    return ex.machine_record(git_paths=("ebp_lib.py", "ebp_fast.py", "scripts/benchmark.py"))
 
 
 def main(argv=None) -> int:

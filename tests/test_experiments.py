@@ -228,6 +228,9 @@ def test_one_source_for_parameters_and_paper_runs(rows):
     assert benchmark.name([("local", 13), 10]) == "[784, 256 local13, 10]"
     job = ex.make_jobs(ex.select_rows(rows, run_ids=["binary-block13"]), "paper")[0]
     assert ex.job_cost(job) == (784 * 256 + 256 * 10) * (60000 + 20000 / 3)
+    record = benchmark.machine()  # the benchmark's machine record is ebp_experiments'
+    assert record.keys() == ex.machine_record().keys() >= {"cpu_model", "cores", "numpy", "numba", "git_commit"}
+    assert record["cpu_model"] == ex.cpu_model() and record["numpy"] == ex.package_versions()["numpy"]
 
 
 # ----------------------------------------------------------------------------------------------------------
