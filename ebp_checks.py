@@ -179,6 +179,37 @@ def joint_of_two(log_q: np.ndarray, i: int, j: int) -> np.ndarray:
     return np.array([[p[(configs[:, i] == a) & (configs[:, j] == b)].sum() for b in (-1, 1)] for a in (-1, 1)])
 
 
+def noisy_teacher_labels(weights: list[np.ndarray], x: np.ndarray, rng) -> np.ndarray:
+    """Labels (S, V_L) of the inputs x (S, K_1) drawn from the noisy network of noisy_network_likelihood with the
+    given weights (each (V_l, K_l)) and zero biases: v_l = sign(W_l v_{l−1} + ε), ε ~ N(0, 1), layer by layer
+    (notebook 01's teachers)."""
+    v = x
+    for w in weights:
+        v = np.where(v @ w.T + rng.standard_normal((len(x), len(w))) > 0, 1.0, -1.0)
+    return v
+
+
+def tangent_secant_ratios(n_weights: int, n_trials: int, rng, h_scale: float = 1.5,
+                          confident: float = 0.8) -> dict[bool, np.ndarray]:
+    """Why EBP is less certain than exact Bayes (notebook 01 §5): for random perceptrons (h ~ N(0, h_scale²),
+    x ~ N(0, 1), y = ±1), |EBP's increment| / |the exact-clamping increment| of every weight with
+    |⟨W⟩| > `confident`, grouped by whether the example agrees with the weight's sign (True) or not (False).
+    EBP's increment is the tangent of ln P(y | x, W_i = w) at w = ⟨W_i⟩ (ebp_h_increment); the exact-clamping one
+    is the secant ½[ln Φ(·|W_i = +1) − ln Φ(·|W_i = −1)] with the same Gaussian (central-limit) sum of the other
+    weights, so the two differ only by the first-order expansion."""
+    ratios = {True: [], False: []}
+    for _ in range(n_trials):
+        h, x, y = h_scale * rng.standard_normal(n_weights), rng.standard_normal(n_weights), rng.choice([-1.0, 1.0])
+        m = np.tanh(h)
+        rest_mean = m @ x - m * x                                            # Σ_{j≠i} m_j x_j
+        rest_sd = np.sqrt(((1 - m ** 2) * x ** 2).sum() - (1 - m ** 2) * x ** 2 + 1)
+        secant = 0.5 * (special.log_ndtr(y * (rest_mean + x) / rest_sd) - special.log_ndtr(y * (rest_mean - x) / rest_sd))
+        tangent = ebp_h_increment(h, [(1, n_weights)], x, np.array([y]))
+        for i in np.flatnonzero(np.abs(m) > confident):
+            ratios[bool(np.sign(secant[i]) == np.sign(m[i]))].append(abs(tangent[i]) / abs(secant[i]))
+    return {agree: np.array(r) for agree, r in ratios.items()}
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Monte Carlo over the posterior, and exact sums of ±1 terms (notebooks 02, 04-07)
 # ----------------------------------------------------------------------------------------------------------

@@ -229,3 +229,18 @@ def test_train_epoch_variant_without_misprints_is_the_reference_epoch():
     checks.train_epoch_variant(nets[2], data.x_train, data.y_train, 10, np.random.default_rng(5), factor_two=False)
     assert not np.array_equal(nets[2].layers[0].h, nets[0].layers[0].h)
     np.testing.assert_array_equal(nets[2].layers[0].h != nets[2].layers[0].h, False)   # finite
+
+
+def test_noisy_teacher_labels_follow_the_probit_model():
+    rng = np.random.default_rng(4)
+    w, x = np.array([[1.0, -1.0]]), np.tile([[0.5, -0.3]], (100_000, 1))
+    y = checks.noisy_teacher_labels([w], x, rng)
+    from scipy.special import ndtr
+    assert y.shape == (100_000, 1) and set(np.unique(y)) == {-1.0, 1.0}
+    assert (y == 1).mean() == pytest.approx(ndtr(0.8), abs=5 * 0.5 / np.sqrt(100_000))   # P(+1) = Φ(W·x)
+
+
+def test_tangent_secant_ratios_confirmations_count_less():
+    ratios = checks.tangent_secant_ratios(12, 100, np.random.default_rng(0))
+    assert len(ratios[True]) > 50 and len(ratios[False]) > 50
+    assert np.median(ratios[True]) < 1 < np.median(ratios[False])
