@@ -296,6 +296,18 @@ def git_state(root=REPO) -> dict:
     return {"git_commit": head.stdout.strip(), "git_dirty": bool(changed), "git_changed": changed[:20]}
 
 
+_GIT_AT_START: dict | None = None
+
+
+def process_git_state() -> dict:
+    """git_state() when this process first asked: the code it runs was imported then, and a long runner would
+    otherwise record a later HEAD (another agent's commit in a shared tree) for runs it trains with older code."""
+    global _GIT_AT_START
+    if _GIT_AT_START is None:
+        _GIT_AT_START = git_state()
+    return dict(_GIT_AT_START)
+
+
 def read_result(folder) -> dict | None:
     """The result.json in `folder`, or None if there is none or it is unreadable."""
     try:
@@ -332,7 +344,7 @@ class Run:
         self.session = {"started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                         "host": socket.gethostname(), "cpu": cpu_model(),
                         "from_grid_points": len(self.grid), "from_epoch": None,
-                        **git_state(), "versions": package_versions()}
+                        **process_git_state(), "versions": package_versions()}
 
     @property
     def learning_rate(self) -> float | None:
@@ -631,17 +643,18 @@ def plot_width(ax, ebp_results: list[dict], bp_results: list[dict], dataset: str
     for method, by_n in series.items():
         for n, points in sorted(by_n.items()):
             x, y = zip(*points)
-            ax.plot(x, y, "o-" if n == 1 else "s--", color=colours[method], ms=4,
-                    label=f"{method}, {n} hidden layer{'s' if n > 1 else ''}")
+            ax.plot(x, y, "o-" if n == 1 else "s--", color=colours[method], ms=6 if method == "backprop" else 4,
+                    zorder=3 if method == "backprop" else 2, label=f"{method}, {n} hidden layer{'s' if n > 1 else ''}")
     l2 = backprop_results(bp_results, dataset).get("tanh-500-l2")
     if l2 is not None and l2.get("final"):
-        ax.plot([500], [100 * l2["final"]["test_error"]], "D", color="black", mfc="white",
+        ax.plot([500], [100 * l2["final"]["test_error"]], "D", color="black", mfc="white", zorder=3,
                 label="backprop 500, L2 only (ours)")
     if dataset == "mnist":
         for config in PAPER_CONFIGS:
             spec = CONFIGS[config]
             ax.plot([hidden_layers(spec["architecture"])[0]], [spec["paper_error"]], "*", color="green", ms=12,
-                    label="backprop quoted by the paper" if config == PAPER_CONFIGS[0] else None)
+                    label="backprop quoted by the paper (800; 500 with L1 + L2)" if config == PAPER_CONFIGS[0]
+                    else None)
     if not series:
         ax.text(0.5, 0.5, NOT_RUN, transform=ax.transAxes, ha="center")
     ax.set(title=dataset, xlabel="hidden units per layer", ylabel="test error (%)", xticks=[200, 400, 600, 800, 1000])
@@ -689,3 +702,19 @@ def _with_percent(cell: str) -> str:
     except ValueError:
         return cell
     return f"{number}%" + (f" {rest}" if rest else "")
+
+
+def width_figure(ebp_results: list[dict], bp_results: list[dict], y_max: dict | None = None):
+    """One panel per dataset (plot_width), one legend below both; y_max cuts a panel's axis (dataset -> %)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(DATASETS), figsize=(11, 4.8))
+    handles = {}
+    for ax, dataset in zip(axes, DATASETS):
+        plot_width(ax, ebp_results, bp_results, dataset)
+        top = (y_max or {}).get(dataset)
+        ax.set_ylim(0, top if top is not None else max(1.0, 1.2 * ax.dataLim.ymax))
+        handles.update(zip(*reversed(ax.get_legend_handles_labels())))
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    return fig

@@ -86,6 +86,7 @@ def main(argv=None) -> int:
         return 0
     from threadpoolctl import threadpool_limits
 
+    bp.process_git_state()  # every run of this process records the commit its code was imported from
     failed = 0
     with threadpool_limits(limits=args.threads):
         for params, folder in jobs:
