@@ -435,14 +435,15 @@ def algorithm1_variant(net: Network, fwd: Pass, y: np.ndarray, factor_two: bool 
 
 
 def paper_printed_deltas(net: Network, fwd: Pass, y: np.ndarray) -> list[np.ndarray]:
-    """Δ as the paper's Algorithm 1 prints it: no factor 2 in the hidden Δ, sqrt(K) in place of sqrt(K+1).
-    Kept only to show (tests, notebook 03) that it fails the finite-difference check."""
+    """Δ of the printed backward pass (no factor 2 in the hidden Δ, sqrt(K) in place of sqrt(K+1)) on a forward pass
+    `fwd` that divides by sqrt(K+1): the printed misprints plus a mismatch of the passes. The printed algorithm on
+    its own sqrt(K) forward pass is algorithm1_step(net, x, y, **MISPRINTS["as printed"]). Kept for the tests."""
     return algorithm1_variant(net, fwd, y, factor_two=False, use_nu=False, bias_in_normaliser=False)[0]
 
 
 def paper_printed_increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.ndarray]:
-    """h increments as Algorithm 1 prints them: μ_{j,l−1} in place of ν_{j,l−1} (the image x at the first
-    layer) and sqrt(K) in place of sqrt(K+1)."""
+    """h increments as Algorithm 1 prints them (μ_{j,l−1} in place of ν_{j,l−1}, the image x at the first layer, and
+    sqrt(K) in place of sqrt(K+1)), on a sqrt(K+1) forward pass `fwd`, as paper_printed_deltas."""
     out = []
     for k, (layer, delta) in enumerate(zip(net.layers, deltas)):
         prev = fwd.inputs[0] if k == 0 else fwd.mu[k - 1]
