@@ -481,30 +481,28 @@ def train(net: ebp_lib.Network, x, y, order, batch_size: int, rng, step_name) ->
     """EBP steps over x[order] in minibatches of `batch_size` (what ebp_lib.train_epoch and train_step do), on a
     float32 working copy whose h and b are then written back (unless nothing was done); `rng` draws the sampled
     dropout masks (it may be None without sampled dropout). Raises ebp_lib.backward's FloatingPointError for a
-    non-finite Δ. The compiled loops do not check h weight by weight, so h is checked here: a NaN/inf before the
-    call stops it at step 0 (for a NaN the reference's Δ is non-finite there; the reference trains on with an
+    non-finite Δ. The compiled loops do not check h and b weight by weight, so they are checked here: a NaN/inf
+    before the call stops it at step 0 (for a NaN the reference's Δ is non-finite there; the reference trains on with an
     infinite h of binary weights), and one after it (an overflow) leaves the network as it was.
     step_name(k) names step k in the messages."""
     def where(step):
         return "" if step_name(step) is None else f" at step {step_name(step)}"
 
-    def finite(hs):
-        return [bool(np.isfinite(h).all()) for h in hs]
-
-    before = finite(layer.h for layer in net.layers)
-    if not all(before):
+    bad = ebp_lib.nonfinite_parameters(net)
+    if bad:
         raise FloatingPointError(
-            f"non-finite h in layer {before.index(False) + 1}{where(0)}: the posterior holds NaN/inf (h finite per "
-            f"layer: {before}), so Δ is not finite (NaN) or the update is meaningless (inf); training stopped "
-            f"before the first update, so the parameters are unchanged")
+            f"non-finite {bad[0]}{where(0)}: NaN/inf in {', '.join(bad)}, so Δ is not finite (NaN) or the update is "
+            f"meaningless (inf); training stopped before the first update, so the parameters are unchanged")
     columns = _used_columns(x, order)
     work = working_copy(net, columns)
     rng = np.random.default_rng(0) if rng is None else rng  # a Generator for the compiled signature; not drawn from
     steps, bad_layer = _train_steps(x, y, order, columns, batch_size, work, rng)
-    if not all(finite(work.h)):
+    overflowed = [f"{name} of layer {k + 1}" for k, (h, b) in enumerate(zip(work.h, work.b))
+                  for name, values in (("h", h), ("b", b)) if not np.isfinite(values).all()]
+    if overflowed:
         raise FloatingPointError(
-            f"h overflowed to NaN/inf during steps 0-{steps - 1} of this call (h finite per layer: "
-            f"{finite(work.h)}); the network is left as it was before the call")
+            f"{', '.join(overflowed)} overflowed to NaN/inf during steps 0-{steps - 1} of this call; the network is "
+            f"left as it was before the call")
     if steps:  # a failure at the first step leaves the network exactly as it was
         for k, (layer, h, b) in enumerate(zip(net.layers, work.h, work.b)):
             if k == 0:  # the unused columns are unchanged (rounded to float32 like the rest)
@@ -515,9 +513,9 @@ def train(net: ebp_lib.Network, x, y, order, batch_size: int, rng, step_name) ->
             layer.b[...] = b
     if bad_layer >= 0:
         raise FloatingPointError(
-            f"non-finite Δ in layer {bad_layer + 1}{where(steps)}: the posterior of some layer holds "
-            f"NaN/inf (h finite per layer: {finite(layer.h for layer in net.layers)}); "
-            f"training stopped before the update, so the parameters are those of the last finite step")
+            f"non-finite Δ in layer {bad_layer + 1}{where(steps)}: the forward moments are not finite while every "
+            f"parameter is (the input images hold NaN/inf, or an overflow); training stopped before the update, "
+            f"so the parameters are those of the last finite step")
 
 
 def float32_network(net: ebp_lib.Network) -> ebp_lib.Network:

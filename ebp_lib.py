@@ -504,11 +504,29 @@ def backward(net: Network, fwd: Pass, y: np.ndarray, step: int | None = None) ->
     for k, delta in enumerate(deltas):
         if not np.all(np.isfinite(delta)):
             where = f" at step {step}" if step is not None else ""
-            raise FloatingPointError(
-                f"non-finite Δ in layer {k + 1}{where}: the posterior of some layer holds NaN/inf "
-                f"(h finite per layer: {[bool(np.isfinite(l.h).all()) for l in net.layers]}); training stopped "
-                f"before the update, so the parameters are those of the last finite step")
+            raise FloatingPointError(f"non-finite Δ in layer {k + 1}{where}: {nonfinite_origin(net, fwd)}; "
+                                     f"training stopped before the update, so the parameters are those of the "
+                                     f"last finite step")
     return deltas
+
+
+def nonfinite_parameters(net: Network) -> list[str]:
+    """The parameters that hold NaN/inf, e.g. ["b of layer 2"] ([] if all are finite)."""
+    return [f"{name} of layer {k + 1}" for k, layer in enumerate(net.layers)
+            for name, values in (("h", layer.h), ("b", layer.b)) if not np.isfinite(values).all()]
+
+
+def nonfinite_origin(net: Network, fwd: Pass) -> str:
+    """Where a NaN/inf came from: the parameters that hold one, else the first layer (from the input) whose
+    forward moments are not finite (the input itself, or an overflow there)."""
+    bad = nonfinite_parameters(net)
+    if bad:
+        return "NaN/inf in " + ", ".join(bad)
+    for k, (mu, sigma2) in enumerate(zip(fwd.mu, fwd.sigma2)):
+        if not (np.isfinite(mu).all() and np.isfinite(sigma2).all()):
+            inputs = "the input images hold NaN/inf" if not np.isfinite(fwd.inputs[0]).all() else "an overflow"
+            return f"every parameter is finite; μ or σ² first becomes non-finite in layer {k + 1} ({inputs})"
+    return "every parameter and every forward moment is finite"
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -238,10 +238,25 @@ def test_non_finite_stops_with_the_same_error(engine, bad):
     net = net_for("binary", [20, 15, 10], None, 1.0)
     net.layers[1].h[0, 0] = bad
     before = [layer.h.copy() for layer in net.layers]
-    with pytest.raises(FloatingPointError, match=r"non-finite (Δ|h) in layer \d+ at step 0 of epoch 1"):
+    with pytest.raises(FloatingPointError, match=r"non-finite (Δ in|h of) layer \d+ at step 0 of epoch 1"):
         ebp.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
     for layer, old in zip(net.layers, before):
         np.testing.assert_array_equal(layer.h, old)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_nan_bias_is_named(engine, k):
+    """A NaN in a bias is named as such, with its layer (not as a non-finite Δ of layer 1 with finite h)."""
+    x, y = data(40)
+    net = net_for("binary", [20, 15, 10], None, 1.0)
+    net.layers[k].b[3] = np.nan
+    before = [(layer.h.copy(), layer.b.copy()) for layer in net.layers]
+    with pytest.raises(FloatingPointError, match=f"NaN/inf in b of layer {k + 1}"):
+        ebp.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
+    for layer, (h, b) in zip(net.layers, before):
+        np.testing.assert_array_equal(layer.h, h)
+        np.testing.assert_array_equal(layer.b, b)
 
 
 def test_fast_nan_image_stops_before_its_update():
