@@ -5,7 +5,7 @@
 #                    notebooks/tables.ipynb
 #   make test        set up, then run the whole test suite (pytest: tests/ and notebooks/ through nbval)
 # Also: make lab (JupyterLab on the notebooks), make demo (one short training run), make benchmark (fast engine
-# against the reference), make binary-benchmark (the bit-packed binary network against the float one),
+# against the reference), make backprop (the scikit-learn baseline), make binary-benchmark (the bit-packed binary network against the float one),
 # make test-portability (the suite under other OpenBLAS / numba / numpy kernels).
 # No command rewrites a tracked file unless asked: the benchmark writes .cache/benchmark.json (BENCHMARK_OUT=... to
 # change it, e.g. outputs/benchmark.json to record a new benchmark).
@@ -23,7 +23,7 @@ THREADS_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=$${OP
 
 PROFILE ?= quick
 
-.PHONY: reproduce lab demo benchmark binary-benchmark test test-portability venv clean-venv
+.PHONY: reproduce lab demo benchmark binary-benchmark backprop test test-portability venv clean-venv
 
 reproduce: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) $(RUN_ARGS)
@@ -40,6 +40,10 @@ lab: $(STAMP)
 
 benchmark: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/benchmark.py --out $(BENCHMARK_OUT)
+
+# The backprop baseline (scikit-learn): every configuration on MNIST and Fashion-MNIST, skipping finished runs.
+backprop: $(STAMP)
+	$(THREADS_ENV) $(PYTHON) scripts/run_backprop.py --all
 
 # The bit-packed binary network against the float32 EBP-D path (outputs/binary_inference.json records one run).
 BINARY_BENCHMARK_OUT ?= .cache/binary_inference.json

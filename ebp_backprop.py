@@ -32,17 +32,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import pickle
-import platform
 import socket
-import subprocess
 import time
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
+import ebp_experiments as ex
 import ebp_lib
 
 REPO = Path(__file__).resolve().parent
@@ -260,40 +257,11 @@ def tune_learning_rate(params: dict, x_fit, y_fit, x_val, y_val, done: list[dict
 # Provenance and result files (the same fields as scripts/run_tables.py writes for EBP runs)
 # ----------------------------------------------------------------------------------------------------------
 
+PACKAGES = ("numpy", "scipy", "scikit-learn", "joblib", "threadpoolctl")
+
+
 def package_versions() -> dict:
-    out = {"python": platform.python_version()}
-    for name in ("numpy", "scipy", "scikit-learn", "joblib", "threadpoolctl"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def git_state(root=REPO) -> dict:
-    """The commit checked out and whether tracked code outside outputs/ differs from it ($EBP_GIT_COMMIT
-    without a checkout)."""
-    def git(*args):
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
-    try:
-        head = git("rev-parse", "HEAD")
-        status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)outputs")
-    except (OSError, subprocess.SubprocessError):
-        head = None
-    if head is None or head.returncode != 0:
-        return {"git_commit": os.environ.get("EBP_GIT_COMMIT"), "git_dirty": None}
-    changed = [line[3:] for line in status.stdout.splitlines()]
-    return {"git_commit": head.stdout.strip(), "git_dirty": bool(changed), "git_changed": changed[:20]}
+    return ex.package_versions(PACKAGES)
 
 
 _GIT_AT_START: dict | None = None
@@ -304,7 +272,7 @@ def process_git_state() -> dict:
     otherwise record a later HEAD (another agent's commit in a shared tree) for runs it trains with older code."""
     global _GIT_AT_START
     if _GIT_AT_START is None:
-        _GIT_AT_START = git_state()
+        _GIT_AT_START = ex.git_state()
     return dict(_GIT_AT_START)
 
 
@@ -314,12 +282,6 @@ def read_result(folder) -> dict | None:
         return json.loads((Path(folder) / RESULT_FILE).read_text())
     except (OSError, ValueError):
         return None
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)  # a reader (the runner's --list) never sees half a file
 
 
 def run_dir(dataset: str, config: str, root=OUTPUT_DIR) -> Path:
@@ -342,7 +304,7 @@ class Run:
         self.sessions = list(self.previous.get("sessions", []))
         self.started = time.time()
         self.session = {"started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                        "host": socket.gethostname(), "cpu": cpu_model(),
+                        "host": socket.gethostname(), "cpu": ex.cpu_model(),
                         "from_grid_points": len(self.grid), "from_epoch": None,
                         **process_git_state(), "versions": package_versions()}
 
@@ -387,7 +349,7 @@ class Run:
             "sessions": self.sessions + [session],
         }
         self.folder.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.folder / RESULT_FILE, (json.dumps(result, indent=1) + "\n").encode())
+        ex.write_json(self.folder / RESULT_FILE, result)  # a reader (the runner's --list) never sees half a file
         return result
 
 
@@ -397,7 +359,7 @@ def _differences(a: dict, b: dict) -> str:
 
 
 def _save_checkpoint(folder: Path, model, history: list[dict]) -> None:
-    _write_atomic(folder / CHECKPOINT_FILE, pickle.dumps({"model": model, "history": history}))
+    ex.write_atomically(folder / CHECKPOINT_FILE, pickle.dumps({"model": model, "history": history}))
 
 
 def _load_checkpoint(folder: Path):
