@@ -122,11 +122,12 @@ def outline(ax, field: np.ndarray, **style):
     return ax.add_patch(Rectangle(corner, np.ptp(cols) + 1, np.ptp(rows) + 1, fill=False, **style))
 
 
-def occlusion_map(score, x: np.ndarray, side: int, patch: int, fill: float = 0.0) -> np.ndarray:
+def occlusion_map(score, x: np.ndarray, side: int, patch: int, fill=0.0) -> np.ndarray:
     """Occlusion sensitivity of score(x) for one image x (side², ) (notebook 08).
 
-    Every patch × patch square of the image is replaced in turn by `fill` (0 is the training-set mean of each
-    pixel after per-pixel standardisation: "the average digit there"), and the drop
+    Every patch × patch square of the image is replaced in turn by `fill`, a number or an image (side², ) whose
+    pixels take the square's place (0 is the training-set mean of each pixel after per-pixel standardisation:
+    "the average digit there"; the standardised blank image is "no ink there"), and the drop
         d(square) = score(x) − score(x with that square filled)
     is recorded; a pixel's value is the mean drop over the squares that contain it. Positive: the pixels there
     supported the score; negative: they argued against it. `score` maps a batch of images (n, side²) to one
@@ -137,11 +138,12 @@ def occlusion_map(score, x: np.ndarray, side: int, patch: int, fill: float = 0.0
     if x.size != side * side or not 1 <= patch <= side:
         raise ValueError(f"occlusion_map: need an image of side² = {side * side} pixels and 1 <= patch <= {side}, "
                          f"got {x.size} pixels and patch {patch}")
+    fill = np.broadcast_to(np.asarray(fill, dtype=float).ravel(), x.shape).reshape(side, side)
     out = side - patch + 1
     corners = [divmod(k, out) for k in range(out * out)]
     occluded = np.repeat(x.reshape(1, side, side), out * out, axis=0)
     for k, (a, c) in enumerate(corners):
-        occluded[k, a:a + patch, c:c + patch] = fill
+        occluded[k, a:a + patch, c:c + patch] = fill[a:a + patch, c:c + patch]
     drop = np.asarray(score(x[None]), dtype=float)[0] - np.asarray(score(occluded.reshape(out * out, -1)), float)
     total, count = np.zeros((side, side)), np.zeros((side, side))
     for d, (a, c) in zip(drop, corners):

@@ -30,6 +30,9 @@ def test_occlusion_map_of_a_linear_score_is_the_mean_of_its_patch_sums():
     # a fill other than 0 replaces the pixels by it: the drop is Σ_square w_j (x_j − fill)
     np.testing.assert_allclose(analysis.occlusion_map(score, x, side, 1, fill=0.5),
                                (w * (x - 0.5)).reshape(side, side), atol=1e-12)
+    fill = rng.standard_normal(36)                                       # an image as fill: pixel by pixel
+    np.testing.assert_allclose(analysis.occlusion_map(score, x, side, 1, fill=fill),
+                               (w * (x - fill)).reshape(side, side), atol=1e-12)
 
 
 def test_occlusion_map_sees_only_the_pixels_a_network_is_connected_to():
