@@ -17,8 +17,8 @@ import copy
 import numpy as np
 from scipy import special
 
-from ebp_lib import (Layer, Network, Pass, backward, forward, gaussian_at_zero, increments, output_delta,
-                     unit_mean, weight_moments)
+from ebp_lib import (Layer, Network, Pass, backward, forward, gaussian_at_zero, increments, layer_moments,
+                     output_delta, unit_mean, weight_moments)
 
 
 def relative_error(estimate, reference) -> float:
@@ -315,6 +315,34 @@ def exact_sign_mean_pm1(a: np.ndarray, c: np.ndarray) -> np.ndarray:
     dist = pm1_sum_distribution(a)
     s = 2.0 * np.arange(dist.shape[1]) - (dist.shape[1] - 1)
     return np.sum(dist * special.erf((s + np.asarray(c)[:, None]) / np.sqrt(2.0)), axis=1)
+
+
+def clt_unit_errors(n_inputs: int, kind: str, n_units: int, rng, h_std: float = 1.0) -> np.ndarray:
+    """|ν − exact ⟨sign u⟩| for `n_units` hidden units with binary weights, fan-in n_inputs and ±1 inputs
+    (notebook 02 §4): ν = 2Φ(μ/σ) − 1 of the central-limit forward pass (layer_moments, unit_mean) against
+    exact_sign_mean_pm1. Biases are drawn so that μ/σ ~ N(0, 1), where ν is not saturated. Two kinds of unit:
+      "symmetric": h ~ N(0, h_std²) and input means ν_r ~ U(−1, 1), so the terms' skews have random signs;
+      "skewed":    inputs +1, weight means a_r = 0.5 (probability 2/3) or −0.95, so the skews add up."""
+    if kind == "symmetric":
+        h, nu_prev = h_std * rng.standard_normal((n_units, n_inputs)), rng.uniform(-1, 1, n_inputs)
+    elif kind == "skewed":
+        h, nu_prev = np.arctanh(np.where(rng.random((n_units, n_inputs)) < 2 / 3, 0.5, -0.95)), np.ones(n_inputs)
+    else:
+        raise ValueError(f"kind={kind!r}: choose 'symmetric' or 'skewed'")
+    a = np.tanh(h) * nu_prev
+    b = np.sqrt((1 - a ** 2).sum(axis=1) + 1) * rng.standard_normal(n_units) - a.sum(axis=1)
+    mu, sigma2, _ = layer_moments(Layer(h, b), "binary", nu_prev[None], None, (nu_prev ** 2)[None])
+    return np.abs(unit_mean(mu, sigma2)[0] - exact_sign_mean_pm1(a, b))
+
+
+def exact_standardised_density(a: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """The exact density, at the points z, of the standardised input (u − μ)/σ of one unit whose input is
+    S + c + ε: S a sum of independent ±1 terms with means a (K,), ε ~ N(0, 1), and c = −Σ a so that μ = 0
+    (notebook 02's picture of the central limit at small fan-in). A mixture of unit Gaussians, one per value of S."""
+    sd = np.sqrt((1 - a ** 2).sum() + 1)
+    s = 2.0 * np.arange(len(a) + 1) - len(a) - a.sum()          # the values of S + c
+    weights = pm1_sum_distribution(a[None])[0]
+    return sd * (weights[:, None] * np.exp(-0.5 * (z * sd - s[:, None]) ** 2)).sum(axis=0) / np.sqrt(2 * np.pi)
 
 
 def dropout_mask_moments(layer: Layer, weights: str, x: np.ndarray, keep: float):

@@ -244,3 +244,20 @@ def test_tangent_secant_ratios_confirmations_count_less():
     ratios = checks.tangent_secant_ratios(12, 100, np.random.default_rng(0))
     assert len(ratios[True]) > 50 and len(ratios[False]) > 50
     assert np.median(ratios[True]) < 1 < np.median(ratios[False])
+
+
+def test_clt_unit_errors_shrink_with_fan_in_and_refuse_unknown_kinds():
+    for kind in ("symmetric", "skewed"):
+        small, large = (checks.clt_unit_errors(k, kind, 200, np.random.default_rng(0)).mean() for k in (4, 256))
+        assert 0 < large < small / 3, (kind, small, large)
+    with pytest.raises(ValueError, match="symmetric"):
+        checks.clt_unit_errors(4, "lopsided", 10, np.random.default_rng(0))
+
+
+def test_exact_standardised_density_is_a_density_with_mean_0_and_variance_1():
+    z = np.linspace(-10, 10, 4001)
+    density = checks.exact_standardised_density(np.array([0.5, 0.5, -0.95]), z)
+    dz = z[1] - z[0]
+    assert np.sum(density) * dz == pytest.approx(1.0, abs=1e-9)
+    assert np.sum(z * density) * dz == pytest.approx(0.0, abs=1e-9)
+    assert np.sum(z * z * density) * dz == pytest.approx(1.0, abs=1e-9)
