@@ -1,8 +1,9 @@
 # The README's two commands. Both create the virtual environment .venv on first use and reinstall it
 # whenever requirements.txt changes (the stamp file below is older than requirements.txt).
 #   make reproduce   set up, then run the main job: regenerate Tables 2-4 (quick profile; PROFILE=paper for the
-#                    paper's protocol) with scripts/run_tables.py, skipping finished runs, and render them in
-#                    notebooks/tables.ipynb
+#                    paper's protocol) with scripts/run_tables.py, skipping finished runs, and render that
+#                    profile's runs with a copy of notebooks/tables.ipynb executed into
+#                    outputs/runs/$(PROFILE)/tables.ipynb (it writes outputs/runs/$(PROFILE)/tables.md)
 #   make test        set up, then run the whole test suite (pytest: tests/ and notebooks/ through nbval)
 # Also: make lab (JupyterLab on the notebooks), make demo (one short training run), make benchmark (fast engine
 # against the reference), make backprop (the scikit-learn baseline), make binary-benchmark (the bit-packed binary network against the float one),
@@ -27,8 +28,8 @@ PROFILE ?= quick
 
 reproduce: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) $(RUN_ARGS)
-	$(THREADS_ENV) $(PYTHON) -m papermill notebooks/tables.ipynb notebooks/tables.ipynb --cwd notebooks \
-		-p committed_only False
+	$(THREADS_ENV) $(PYTHON) -m papermill notebooks/tables.ipynb outputs/runs/$(PROFILE)/tables.ipynb \
+		--cwd notebooks -p profile $(PROFILE) -p committed_only False
 
 demo: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/demo.py

@@ -11,7 +11,8 @@ paper's Tables 2-4 are 50 such runs, listed once in scripts/paper_tables.csv. Th
 4. The paper's runs: scripts/paper_tables.csv, selecting rows, one job per run and seed.
 5. Running jobs: run_job executes the notebook with papermill; run_batch runs jobs on a Dask cluster (a local
    distributed.LocalCluster, or an existing scheduler), shows progress and survives Ctrl-C and kills.
-6. Reading results back for the tables notebook: best result per table cell, tables, findings, coverage, plots.
+6. Reading results back for the tables notebook: one profile's cells (seeds pooled as mean ± SD, the last-10-epoch
+   mean), tables under each dropout and mask reading, the paper's findings judged with a tolerance, coverage, plots.
 
 scripts/run_tables.py is the command line over sections 4-5; outputs/README.md describes the files a run writes.
 """
@@ -85,6 +86,7 @@ DEFAULT_PARAMETERS = notebook_parameters()  # the one place the parameters and t
 DATASETS = ("mnist", "fashion-mnist")
 WEIGHTS = ("binary", "real")
 PREPROCESSINGS = ("pixel", "global", "unit")
+MASK_READINGS = ebp_lib.MASK_READINGS  # absent (default) or held: docs/maths.md §Spatial filtering
 # What a checkpoint must have been trained with to be resumed, besides what ebp_lib.fit compares itself (the
 # network, seed, batch size, engine): passed to fit as run_config and stored in the checkpoint.
 RUN_CONFIG_KEYS = ("dataset", "architecture", "weights", "dropout", "keep", "n_train", "preprocessing",
@@ -119,6 +121,11 @@ def architecture_layers(name) -> list:
     return layers
 
 
+def is_spatial(name) -> bool:
+    """Whether a paper architecture name has a locally connected layer (Table 4: "block13", "361-100")."""
+    return any(isinstance(spec, (tuple, list)) for spec in architecture_layers(name))
+
+
 def validate_parameters(params: dict) -> dict:
     """Check every parameter of one experiment and return them normalised; raise ParameterError listing all
     problems at once. Unknown names are errors too (a typo must not silently fall back to a default)."""
@@ -144,6 +151,13 @@ def validate_parameters(params: dict) -> dict:
             bad("architecture", str(err))
     if p["weights"] not in WEIGHTS:
         bad("weights", f"choose one of {', '.join(WEIGHTS)}")
+    if p["mask_reading"] not in MASK_READINGS:
+        bad("mask_reading", "choose 'absent' (non-connected weights do not exist) or 'held' (the paper's full "
+                            "matrix: they stay posteriors at h = 0)")
+    elif p["mask_reading"] == "held" and not any(problem.startswith("architecture=") for problem in problems) \
+            and not is_spatial(p["architecture"]):
+        bad("mask_reading", f"architecture {p['architecture']!r} has no locally connected layer, so there is "
+                            "nothing to hold; 'held' applies to spatial architectures (block13, 361-100)")
     if isinstance(p["dropout"], str) and p["dropout"].lower() in ("none", "off", ""):
         p["dropout"] = None
     if p["dropout"] not in (None, *DROPOUT_READINGS):
@@ -173,8 +187,13 @@ def validate_parameters(params: dict) -> dict:
 
 def run_config(params: dict) -> dict:
     """The settings a checkpoint of this experiment records and a resumed run must share (ebp_lib.fit's
-    run_config): data set and its preprocessing, training images, network and initialisation, dropout."""
-    return {name: params[name] for name in RUN_CONFIG_KEYS}
+    run_config): data set and its preprocessing, training images, network and initialisation, dropout, and the
+    mask reading where it is not the default (as ebp_lib records it in the network: checkpoints written before
+    the option existed, all of the default reading, stay resumable)."""
+    config = {name: params[name] for name in RUN_CONFIG_KEYS}
+    if params.get("mask_reading", "absent") != "absent":
+        config["mask_reading"] = params["mask_reading"]
+    return config
 
 
 def protocol_label(params: dict) -> str:
@@ -187,8 +206,9 @@ def describe(params: dict) -> str:
     """One deterministic line saying what the experiment trains (no paths)."""
     dropout = "no dropout" if params["dropout"] is None else f"{params['dropout']} dropout, p = {params['keep']}"
     n = f"{params['n_train']:,}" if params["n_train"] is not None else f"all {FULL_TRAIN:,}"
+    masks = (f" (non-connected weights {params['mask_reading']})" if is_spatial(params["architecture"]) else "")
     return (f"{params['dataset']}, {params['weights']} weights, architecture {params['architecture']} "
-            f"{architecture_layers(params['architecture'])}, {dropout}; {n} training images "
+            f"{architecture_layers(params['architecture'])}{masks}, {dropout}; {n} training images "
             f"({params['preprocessing']} standardisation), {params['epochs']} epochs, batch size "
             f"{params['batch_size']}, seed {params['seed']}, init scale {params['init_scale']:g}; "
             f"protocol: {protocol_label(params)}")
@@ -429,7 +449,8 @@ def checkpoint_settings(meta: dict) -> dict:
     the network's weights, dropout and keep always; the run configuration, seed and batch size where saved
     (checkpoints written before ebp_lib stored `run` record only the network, seed and batch size)."""
     network = meta["config"]
-    settings = {"weights": network["weights"], "dropout": network["dropout"], "keep": network["keep"]}
+    settings = {"weights": network["weights"], "dropout": network["dropout"], "keep": network["keep"],
+                "mask_reading": network.get("mask_reading", "absent")}
     run = meta.get("run") or {}
     settings.update({k: v for k, v in run.items() if k in RUN_CONFIG_KEYS or k in ("seed", "batch_size")})
     for key in ("seed", "batch_size"):
@@ -520,8 +541,10 @@ def job_state(job: dict) -> RunState:
 
 
 def same_configuration(a: dict, b: dict) -> bool:
-    """Whether two parameter sets train the same network the same way (the output folder aside)."""
-    return all(a.get(k) == b.get(k) for k in DEFAULT_PARAMETERS if k != "output_dir")
+    """Whether two parameter sets train the same network the same way (the output folder aside). A parameter
+    missing from one of them (a result written before the parameter existed) had its default: mask_reading."""
+    return all(a.get(k, default) == b.get(k, default) for k, default in DEFAULT_PARAMETERS.items()
+               if k != "output_dir")
 
 
 def move_aside(path) -> Path:
@@ -609,6 +632,7 @@ def select_rows(rows: list[dict], tables=None, columns=None, run_ids=None, weigh
         known = {r["run_id"] for r in rows}
         aliases = {f"{r['run_id']}-{reading}": r["run_id"] for r in rows if r["dropout"] == "yes"
                    for reading in DROPOUT_READINGS}  # the folder names of dropout runs work too
+        aliases.update({f"{r['run_id']}-held": r["run_id"] for r in rows if r["table"] == 4})  # and held ones
         check([i for i in run_ids if i not in aliases], sorted(known), "run id")
         wanted = {aliases.get(i, i) for i in run_ids}
         out = [r for r in out if r["run_id"] in wanted]
@@ -618,30 +642,47 @@ def select_rows(rows: list[dict], tables=None, columns=None, run_ids=None, weigh
     return out
 
 
-def run_key(run_id: str, dropout: str | None = None, seed: int = 0) -> str:
-    """The folder name of a run: its run id, plus the dropout reading (`dropout`) for dropout runs, plus
-    -seed<N> for seeds other than 0 (seed 0 keeps the names of the runs committed before seeds were chosen)."""
-    return run_id + (f"-{dropout}" if dropout else "") + (f"-seed{seed}" if seed else "")
+def run_key(run_id: str, dropout: str | None = None, seed: int = 0, mask_reading: str = "absent") -> str:
+    """The folder name of a run: its run id, plus the dropout reading (`dropout`) for dropout runs, plus -held
+    for spatial runs with the held mask reading, plus -seed<N> for seeds other than 0 (seed 0 and the absent
+    reading keep the names of the runs committed before seeds and mask readings could be chosen)."""
+    return (run_id + (f"-{dropout}" if dropout else "") + ("-held" if mask_reading == "held" else "")
+            + (f"-seed{seed}" if seed else ""))
+
+
+def check_mask_reading(rows: list[dict], mask_reading: str) -> None:
+    """The held mask reading exists for Table 4 only (the other tables' networks have no masks): ValueError,
+    saying what to select, if `rows` hold cells of other tables."""
+    if mask_reading not in MASK_READINGS:
+        raise ValueError(f"unknown mask reading {mask_reading!r}; choose one of {', '.join(MASK_READINGS)}")
+    others = sorted({r["table"] for r in rows} - {4})
+    if mask_reading == "held" and others:
+        raise ValueError(f"the held mask reading applies to Table 4 (spatial filtering) only, but the selection "
+                         f"holds runs of Table {', '.join(map(str, others))}, whose layers have no masks: "
+                         f"select --table 4")
 
 
 def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs_dir=RUNS_DIR,
-              seeds=(0,), data_dir=None) -> list[dict]:
+              seeds=(0,), data_dir=None, mask_reading: str = "absent") -> list[dict]:
     """One job per run among `rows` and seed (EBP-P and EBP-D rows share a run), in table order, seeds inner.
 
     `profile` is a name in PROFILES or a dict like them (tests use tiny custom ones). The data folder (`data_dir`,
     else $EBP_DATA_DIR if set) travels inside the job (`env`), so that workers on other machines or started
-    from other shells read the same files.
+    from other shells read the same files. `mask_reading` "held" (Table 4 rows only: check_mask_reading) trains
+    the spatial layers with the paper's non-connected weights held at h = 0, into folders ending in -held.
     """
+    check_mask_reading(rows, mask_reading)
     profile = PROFILES[profile] if isinstance(profile, str) else profile
     data_dir = data_dir or os.environ.get(ebp_lib.DATA_ENV_VAR)
     env = {ebp_lib.DATA_ENV_VAR: str(Path(data_dir).resolve())} if data_dir else {}
     jobs = []
     for run in paper_runs(rows, reading):
         for seed in seeds:
-            key = run_key(run["run_id"], run["dropout"], seed)
+            key = run_key(run["run_id"], run["dropout"], seed, mask_reading)
             out = Path(runs_dir) / profile["name"] / key
             params = validate_parameters({
                 "dataset": run["dataset"], "architecture": run["architecture"], "weights": run["weights"],
+                "mask_reading": mask_reading,
                 "dropout": run["dropout"], "keep": run["keep"], "epochs": profile["epochs"],
                 "batch_size": profile["batch_size"], "seed": seed, "n_train": profile["n_train"],
                 "output_dir": os.path.relpath(out, NOTEBOOK.parent)})
@@ -1076,16 +1117,36 @@ def load_results(runs_dir=RUNS_DIR, committed_only: bool = False) -> list[dict]:
     return out
 
 
-def matches(row: dict, result: dict, reading: str = "analytic", seed: int | None = 0) -> bool:
+# Which results fill a table: one profile (the tables notebook's `profile`), and for Table 3 the dropout reading,
+# for Table 4 the mask reading. Table 3 shows the sampled reading first, the paper's text (Sect. 4: "p = 0.8 for
+# both hidden units and input units", after Srivastava et al.); the analytic one is the authors' code.
+READING_TITLES = {"sampled": "sampled dropout: Bernoulli masks on the inputs and hidden units (the paper's text)",
+                  "analytic": "analytic dropout: the input's variance term only (the authors' code)"}
+MASK_TITLES = {"absent": "weights outside each unit's block absent",
+               "held": "weights outside each unit's block held at h = 0 (the paper's full matrix)"}
+TEST_IMAGES = 10000     # every error is a fraction of the 10,000 MNIST test images
+LAST_EPOCHS = 10        # the last-epochs mean beside the paper's rule (the error after the last epoch)
+
+
+def seed_of(result: dict) -> int:
+    """The seed a result was trained with (results written before seeds could be chosen are seed 0)."""
+    return result["parameters"].get("seed", 0)
+
+
+def matches(row: dict, result: dict, reading: str = "sampled", seed: int | None = 0,
+            mask_reading: str = "absent") -> bool:
     """Whether a result was trained in the configuration of a table row (with the paper's defaults for the
-    data: MNIST, per-pixel standardisation, reference initialisation), with seed `seed` (None: any seed)."""
+    data: MNIST, per-pixel standardisation, reference initialisation), with seed `seed` (None: any seed), the
+    dropout reading `reading` (Table 3) and the mask reading `mask_reading` (Table 4; the other tables have no
+    masks, so only results of the default reading fill them)."""
     p = result["parameters"]
     dropout = reading if row["dropout"] == "yes" else None
+    masks = mask_reading if row["table"] == 4 else "absent"
     return (p["dataset"] == row["dataset"] and p["architecture"] == row["architecture"]
             and p["weights"] == row["weights"] and p["dropout"] == dropout
-            and (dropout is None or p["keep"] == row["keep"])
+            and (dropout is None or p["keep"] == row["keep"]) and p.get("mask_reading", "absent") == masks
             and p["preprocessing"] == "pixel" and p["std_floor"] == 0 and p["init_scale"] == 1
-            and (seed is None or p.get("seed", 0) == seed))
+            and (seed is None or seed_of(result) == seed))
 
 
 def completeness(result: dict) -> tuple:
@@ -1096,19 +1157,9 @@ def completeness(result: dict) -> tuple:
             result["profile"] == "paper")
 
 
-def best_results(rows: list[dict], results: list[dict], reading: str = "analytic", seed: int = 0) -> dict:
-    """run_id -> the most complete matching result of seed `seed` (absent when no run exists yet)."""
-    best = {}
-    for row in rows:
-        candidates = [r for r in results if matches(row, r, reading, seed)]
-        if candidates:
-            best[row["run_id"]] = max(candidates, key=completeness)
-    return best
-
-
 def seeds_run(results: list[dict]) -> list[int]:
-    """The seeds that results were trained with (a result without one is seed 0), sorted."""
-    return sorted({r["parameters"].get("seed", 0) for r in results})
+    """The seeds that results were trained with, sorted."""
+    return sorted({seed_of(r) for r in results})
 
 
 def provenance(result: dict) -> str:
@@ -1119,162 +1170,438 @@ def provenance(result: dict) -> str:
     return f"{result['profile']}, {epochs} ep, {size}"
 
 
-def ours(row: dict, best: dict) -> float | None:
-    """Our test error (percent) for a table row, or None if not run yet."""
-    result = best.get(row["run_id"])
-    return None if result is None else 100 * result["final"][f"test_{row['output']}"]
+def binomial_se(error: float, n: int = TEST_IMAGES) -> float:
+    """The binomial standard error sqrt(e(1 − e)/n) of a test error `error` in percent, in percent."""
+    e = error / 100
+    return 100 * math.sqrt(max(e * (1 - e), 0.0) / n)
 
 
-def render_table(table: int, rows: list[dict], best: dict) -> str:
-    """One paper table as Markdown, transposed (one line per architecture, one column per output): every
-    cell 'paper / ours (difference) · profile, epochs, training images'."""
+def last_epochs_mean(result: dict, output: str, k: int = LAST_EPOCHS) -> float:
+    """Mean test error (percent) of `output` (ebp_p or ebp_d) over the last k epochs of a run (all of them if
+    it has fewer): epochs 111-120 of a paper-protocol run."""
+    tail = result["history"][-k:]
+    return 100 * sum(h[f"test_{output}"] for h in tail) / len(tail)
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float | None]:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+@dataclass
+class Cell:
+    """Our numbers for one table cell (one output of one configuration). `pooled`: one result per seed, all of
+    the most complete protocol among the seeds (same epochs done and training images, all finished or none);
+    `others`: the other seeds' most complete results (unfinished ones), shown but not pooled."""
+    row: dict
+    pooled: list
+    others: list = field(default_factory=list)
+
+    @property
+    def seeds(self) -> list[int]:
+        return [seed_of(r) for r in self.pooled]
+
+    @property
+    def errors(self) -> list[float]:
+        """The paper's rule for each seed: the test error (percent) after the last epoch."""
+        return [100 * r["final"][f"test_{self.row['output']}"] for r in self.pooled]
+
+    @property
+    def mean(self) -> float:
+        return _mean_sd(self.errors)[0]
+
+    @property
+    def sd(self) -> float | None:
+        """The standard deviation over seeds (None for one seed)."""
+        return _mean_sd(self.errors)[1]
+
+    @property
+    def last_epochs(self) -> tuple[float, float | None]:
+        """(mean, SD over seeds) of each seed's mean test error over its last LAST_EPOCHS epochs."""
+        return _mean_sd([last_epochs_mean(r, self.row["output"]) for r in self.pooled])
+
+    @property
+    def finished(self) -> bool:
+        return all(r["finished"] for r in self.pooled)
+
+    @property
+    def uncertainty(self) -> float:
+        """One standard error of the cell's error, in points: the binomial SE of the 10,000 test images,
+        combined with the SD over seeds where there are several (u² = SD² + SE²: the seeds' spread is that of
+        training, the SE that of the test set, which every seed shares)."""
+        return math.sqrt((self.sd or 0.0) ** 2 + binomial_se(self.mean) ** 2)
+
+
+def cell_key(row: dict) -> tuple:
+    """(table, row, column) of a table row, e.g. (3, "B-EBP-P", "[200,200]")."""
+    return row["table"], row["row"], row["column"]
+
+
+def table_cells(rows: list[dict], results: list[dict], profile: str = "paper", reading: str = "sampled",
+                mask_reading: str = "absent") -> dict:
+    """cell_key -> Cell for every table row that has a result of `profile` in the given dropout and mask
+    readings (absent when none exists yet). Per seed the most complete result counts; the seeds whose result
+    shares the most complete protocol are pooled (a seed still training is listed, not pooled)."""
+    if reading not in DROPOUT_READINGS:
+        raise ValueError(f"unknown dropout reading {reading!r}; choose one of {', '.join(DROPOUT_READINGS)}")
+    if mask_reading not in MASK_READINGS:
+        raise ValueError(f"unknown mask reading {mask_reading!r}; choose one of {', '.join(MASK_READINGS)}")
+    mine = [r for r in results if r["profile"] == profile]
+    cells = {}
+    for row in rows:
+        per_seed = {}
+        for result in mine:
+            if matches(row, result, reading, None, mask_reading):
+                seed = seed_of(result)
+                if seed not in per_seed or completeness(result) > completeness(per_seed[seed]):
+                    per_seed[seed] = result
+        if not per_seed:
+            continue
+        top = max(per_seed.values(), key=completeness)
+
+        def protocol(r):
+            return r["finished"], r["epochs_done"], r["n_train_images"]
+        ordered = [per_seed[s] for s in sorted(per_seed)]
+        cells[cell_key(row)] = Cell(row, [r for r in ordered if protocol(r) == protocol(top)],
+                                    [r for r in ordered if protocol(r) != protocol(top)])
+    return cells
+
+
+def ours(row: dict, cells: dict) -> float | None:
+    """Our test error (percent, mean over the pooled seeds) for a table row, or None if not run yet."""
+    cell = cells.get(cell_key(row))
+    return None if cell is None else cell.mean
+
+
+def profile_label(profile: str) -> str:
+    """A profile with its protocol, e.g. 'paper (120 epochs on all 60,000 training images)'."""
+    known = PROFILES.get(profile)
+    if known is None:
+        return profile
+    n = f"all {FULL_TRAIN:,}" if known["n_train"] is None else f"the first {known['n_train']:,}"
+    return f"{profile} ({known['epochs']} epochs on {n} training images, batch {known['batch_size']})"
+
+
+def seeds_label(cells: list[Cell]) -> str:
+    """Which seeds fill the cells, e.g. 'seed 0 (one per cell)' or 'seeds 0, 1, 2 (3 per cell in 12 cells, 1 in 20)'."""
+    if not cells:
+        return "no runs yet"
+    seeds = sorted({s for c in cells for s in c.seeds})
+    counts = {}
+    for c in cells:
+        counts[len(c.pooled)] = counts.get(len(c.pooled), 0) + 1
+    if len(counts) == 1 and 1 in counts:
+        return f"seed {seeds[0]} (one run per cell)"
+    parts = [f"{n} per cell in {k} cells" for n, k in sorted(counts.items(), reverse=True)]
+    return f"seeds {', '.join(map(str, seeds))} ({'; '.join(parts)}; mean ± SD over seeds)"
+
+
+def table_title(table: int, reading: str | None = None, mask_reading: str | None = None) -> str:
+    """The title of one rendered table: the paper's, plus the reading it shows."""
+    title = TABLE_TITLES[table]
+    if table == 3 and reading:
+        title += f", {READING_TITLES[reading]}"
+    if table == 4 and mask_reading:
+        title += f", {MASK_TITLES[mask_reading]}"
+    return title
+
+
+def _cell_text(row: dict, cell: Cell | None) -> str:
+    paper = row["paper_error"]
+    if cell is None:
+        return f"{paper:.2f} / not run yet"
+    text = f"{paper:.2f} / {cell.mean:.2f}"
+    if cell.sd is not None:
+        text += f" ± {cell.sd:.2f} (n = {len(cell.pooled)})"
+    text += f" ({cell.mean - paper:+.2f})"
+    if cell.finished:
+        last, last_sd = cell.last_epochs
+        text += f"; last {LAST_EPOCHS}: {last:.2f}" + ("" if last_sd is None else f" ± {last_sd:.2f}")
+    else:
+        text += f" · {cell.pooled[0]['epochs_done']}/{cell.pooled[0]['parameters']['epochs']} ep"
+    for other in cell.others:
+        text += f" · seed {seed_of(other)}: {other['epochs_done']}/{other['parameters']['epochs']} ep"
+    return text
+
+
+def render_table(table: int, rows: list[dict], cells: dict, profile: str, reading: str | None = None,
+                 mask_reading: str | None = None) -> str:
+    """One paper table as Markdown, transposed (one line per architecture, one column per output), labelled
+    with its reading, profile and seeds. Every cell: 'paper / ours (ours − paper); last 10: mean of the last
+    ten epochs', ours ± SD over seeds (n) where several; an unfinished run shows its epochs done."""
     rows = [r for r in rows if r["table"] == table]
     columns = list(dict.fromkeys(r["column"] for r in rows))
-    cell = {(r["column"], r["row"]): r for r in rows}
-    lines = [f"**{TABLE_TITLES[table]}** — test error %, paper / ours (ours − paper) · how ours was produced",
+    by_cell = {(r["column"], r["row"]): r for r in rows}
+    mine = [cells[cell_key(r)] for r in rows if cell_key(r) in cells]
+    lines = [f"**{table_title(table, reading, mask_reading)}** — profile {profile_label(profile)}; "
+             f"{seeds_label(mine)}. Test error %, paper / ours (ours − paper); last {LAST_EPOCHS}: our mean "
+             f"over the last {LAST_EPOCHS} epochs (the paper reports the error after the last epoch).",
              "", "| hidden | " + " | ".join(ROW_LABELS) + " |", "|---" * (len(ROW_LABELS) + 1) + "|"]
     for column in columns:
-        out = []
-        for label in ROW_LABELS:
-            row = cell[(column, label)]
-            value = ours(row, best)
-            if value is None:
-                out.append(f"{row['paper_error']:.2f} / not yet run")
-            else:
-                out.append(f"{row['paper_error']:.2f} / {value:.2f} ({value - row['paper_error']:+.2f}) · "
-                           f"{provenance(best[row['run_id']])}")
-        lines.append(f"| {column} | " + " | ".join(out) + " |")
+        entries = [_cell_text(by_cell[(column, label)], cells.get(cell_key(by_cell[(column, label)])))
+                   for label in ROW_LABELS]
+        lines.append(f"| {column} | " + " | ".join(entries) + " |")
     return "\n".join(lines)
 
 
-# The paper's qualitative findings, each a predicate over a table of errors errors[(table, row, column)]
-# (percent): it returns (holds, evidence) or None when none of the cells it needs exist.
-
-ONE_TWO = [("200", "[200,200]"), ("400", "[400,400]"), ("600", "[600,600]"), ("800", "[800,800]")]
-
-
-def _count(errors, pairs):
-    """(how many pairs (a, b) of cells have error a < b, how many pairs were compared), over the pairs of cells
-    that both have an error."""
-    pairs = [(errors[a], errors[b]) for a, b in pairs if a in errors and b in errors]
-    return (sum(a < b for a, b in pairs), len(pairs)) if pairs else None
-
-
-def finding_two_layers(errors):
-    """EBP-P: two hidden layers [w,w] beat one layer of w, at the same width (Tables 2 and 3)."""
-    counted = _count(errors, [((t, r, two), (t, r, one)) for t in (2, 3)
-                              for r in ("B-EBP-P", "R-EBP-P") for one, two in ONE_TWO])
-    return None if counted is None else (2 * counted[0] > counted[1], counted)
-
-
-def finding_dropout(errors):
-    """Dropout (Table 3) gives a lower error than no dropout (Table 2) in most cells."""
-    counted = _count(errors, [((3, r, c), (2, r, c)) for r in ROW_LABELS
-                              for c in {k[2] for k in errors if k[0] in (2, 3)}])
-    return None if counted is None else (2 * counted[0] > counted[1], counted)
+def coverage(rows: list[dict], cells: dict, table: int, label: str = "") -> str:
+    """One line on a table's runs in `cells`: how many are finished, in progress or not run, and ours − paper
+    (percentage points) over its finished cells."""
+    mine = [r for r in rows if r["table"] == table]
+    runs = list(dict.fromkeys(r["run_id"] for r in mine))
+    state = {run: "not run" for run in runs}
+    for r in mine:  # a run's EBP-P and EBP-D cells come from the same results
+        cell = cells.get(cell_key(r))
+        if cell is not None:
+            state[r["run_id"]] = ("finished" if cell.finished else
+                                  f"{cell.pooled[0]['epochs_done']}/{cell.pooled[0]['parameters']['epochs']} ep")
+    finished = [run for run in runs if state[run] == "finished"]
+    running = [f"{run} {state[run]}" for run in runs if state[run] not in ("finished", "not run")]
+    line = (f"Table {table}{label}: {len(finished)} of {len(runs)} runs finished"
+            + (f", in progress: {', '.join(running)}" if running else "")
+            + (f", {sum(state[run] == 'not run' for run in runs)} not run" if len(finished) + len(running) < len(runs)
+               else ""))
+    diffs = [cells[cell_key(r)].mean - r["paper_error"] for r in mine
+             if cell_key(r) in cells and cells[cell_key(r)].finished]
+    if diffs:
+        line += (f"; ours − paper over {len(diffs)} cells: mean {sum(diffs) / len(diffs):+.2f}, from "
+                 f"{min(diffs):+.2f} to {max(diffs):+.2f} points")
+    return line
 
 
-def finding_wide_binary_d(errors):
-    """Without dropout, B-EBP-D degrades for wide two-layer nets: worse at [800,800] than at [200,200],
-    and further behind B-EBP-P there (Table 2)."""
-    need = [(2, "B-EBP-D", "[200,200]"), (2, "B-EBP-D", "[800,800]"), (2, "B-EBP-P", "[200,200]"),
-            (2, "B-EBP-P", "[800,800]")]
-    if any(k not in errors for k in need):
+# ----------------------------------------------------------------------------------------------------------
+# The paper's findings, judged with a tolerance on its numbers and on ours
+# ----------------------------------------------------------------------------------------------------------
+# A finding is a list of comparisons, each the claim "value(better) < value(worse)", where a side is one cell,
+# the best (lowest) of several cells, or (the worse side only) a fixed error in percent. A comparison supports
+# the claim when the difference d = worse − better exceeds its tolerance 2·sqrt(u_better² + u_worse²)
+# (u: Cell.uncertainty for ours, the binomial SE for the paper's single runs), contradicts it when d < −tolerance,
+# and is within tolerance otherwise. A finding about "every" configuration agrees when every comparison supports
+# it and disagrees when any contradicts it; one about "most" agrees when more than half support it and disagrees
+# when at least half contradict it; anything else (and a comparison whose cells are not all run) is inconclusive.
+
+WORKS_WELL = 5.0  # "works well": below 5% test error, below any linear classifier on MNIST (7.6-12%, LeCun 1998)
+ONE_LAYER = ("200", "400", "600", "800", "1000")
+TWO_LAYER = ("[200,200]", "[400,400]", "[600,600]", "[800,800]")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The claim value(better) < value(worse): `better` a tuple of cell keys (the best of them), `worse` a tuple of
+    cell keys or a number (percent). `label` names it in the tables."""
+    label: str
+    better: tuple
+    worse: tuple | float
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One of the paper's claims: its wording, where the paper makes it, every/most, its comparisons."""
+    title: str
+    source: str
+    quantifier: str
+    comparisons: tuple
+
+    @property
+    def tables(self) -> set:
+        """The tables whose cells the comparisons read."""
+        sides = [c.better for c in self.comparisons] + [c.worse for c in self.comparisons
+                                                        if isinstance(c.worse, tuple)]
+        return {key[0] for side in sides for key in side}
+
+
+def _cells(table, rows_labels, columns) -> tuple:
+    return tuple((table, r, c) for r in rows_labels for c in columns)
+
+
+def paper_findings() -> list[Finding]:
+    """The paper's findings: its Summary (1)-(5) (Sect. 4), the other half of (5) from its Conclusions, and the
+    claims of its text that the issue lists (dropout in every configuration, B-EBP-D and width, real against
+    binary, EBP-P against EBP-D, two layers against one)."""
+    binary, real, outputs = ("B-EBP-P", "B-EBP-D"), ("R-EBP-P", "R-EBP-D"), ("P", "D")
+    all_columns = ONE_LAYER + TWO_LAYER
+    t4_columns = ("144", "169", "196", "225", "256", "289", "[361,100]")
+    columns = {2: all_columns, 3: all_columns, 4: t4_columns}
+    pairs = list(zip(ONE_LAYER, TWO_LAYER))
+    return [
+        Finding("(1) BMNNs trained by EBP work well (best B-EBP-P below 5%), though not as well as real weights "
+                "(best R-EBP-P below best B-EBP-P)", "Summary (1)", "every", tuple(
+                    [Comparison(f"Table {t}: best B-EBP-P < {WORKS_WELL:g}%", _cells(t, ["B-EBP-P"], columns[t]),
+                                WORKS_WELL) for t in (2, 3, 4)]
+                    + [Comparison(f"Table {t}: best R-EBP-P < best B-EBP-P", _cells(t, ["R-EBP-P"], columns[t]),
+                                  _cells(t, ["B-EBP-P"], columns[t])) for t in (2, 3, 4)])),
+        Finding("(2) EBP works on BMNNs with a fan-in of a few hundred: B-EBP-P of [784, 200, 10] below 5%",
+                "Summary (2)", "every", tuple(
+                    Comparison(f"Table {t}: B-EBP-P 200 < {WORKS_WELL:g}%", ((t, "B-EBP-P", "200"),), WORKS_WELL)
+                    for t in (2, 3))),
+        Finding("(3) With EBP-D, two-hidden-layer BMNNs outperform one-hidden-layer ones", "Summary (3)", "most",
+                tuple(Comparison(f"Table {t}: B-EBP-D {two} < {one}", ((t, "B-EBP-D", two),), ((t, "B-EBP-D", one),))
+                      for t in (2, 3) for one, two in pairs)),
+        Finding("(4) Dropout significantly improves BMNNs", "Summary (4)", "most", tuple(
+            Comparison(f"{r} {c}: Table 3 < Table 2", ((3, r, c),), ((2, r, c),)) for r in binary
+            for c in all_columns)),
+        Finding("(5) Spatial filtering does not improve BMNNs: the best binary error of Table 4 is above Table 2's",
+                "Summary (5)", "every", (
+                    Comparison("best binary, Table 2 < Table 4", _cells(2, binary, all_columns),
+                               _cells(4, binary, t4_columns)),)),
+        Finding("(5′) Spatial filtering improves real-weight networks: the best real error of Table 4 is below "
+                "Table 2's", "Conclusions; Sect. 4", "every", (
+                    Comparison("best real, Table 4 < Table 2", _cells(4, real, t4_columns),
+                               _cells(2, real, all_columns)),)),
+        Finding("Dropout improves every configuration (Table 3 below Table 2 in every cell)", "Sect. 4, Effects of "
+                "Dropout", "every", tuple(Comparison(f"{r} {c}: Table 3 < Table 2", ((3, r, c),), ((2, r, c),))
+                                          for r in ROW_LABELS for c in all_columns)),
+        Finding("Without dropout, B-EBP-D degrades with width in two-layer nets", "Sect. 4, Table 2", "every",
+                tuple(Comparison(f"Table 2: B-EBP-D {a} < {b}", ((2, "B-EBP-D", a),), ((2, "B-EBP-D", b),))
+                      for a, b in zip(TWO_LAYER, TWO_LAYER[1:]))),
+        Finding("With dropout, B-EBP-D no longer degrades with width: [800,800] below [200,200]",
+                "Sect. 4, Effects of Dropout", "every", (
+                    Comparison("Table 3: B-EBP-D [800,800] < [200,200]", ((3, "B-EBP-D", "[800,800]"),),
+                               ((3, "B-EBP-D", "[200,200]"),)),)),
+        Finding("Real weights beat binary weights in every structure", "Sect. 4, Table 2", "every", tuple(
+            Comparison(f"Table {t} {c}: R-EBP-{o} < B-EBP-{o}", ((t, f"R-EBP-{o}", c),), ((t, f"B-EBP-{o}", c),))
+            for t in (2, 3, 4) for c in columns[t] for o in outputs)),
+        Finding("EBP-P beats EBP-D", "Sect. 4, Table 2", "most", tuple(
+            Comparison(f"Table {t} {c}: {w}-EBP-P < {w}-EBP-D", ((t, f"{w}-EBP-P", c),), ((t, f"{w}-EBP-D", c),))
+            for t in (2, 3, 4) for c in columns[t] for w in "BR")),
+        Finding("With EBP-P, two hidden layers beat one of the same width", "Sect. 4, Table 2", "most", tuple(
+            Comparison(f"Table {t}: {w}-EBP-P {two} < {one}", ((t, f"{w}-EBP-P", two),), ((t, f"{w}-EBP-P", one),))
+            for t in (2, 3) for w in "BR" for one, two in pairs)),
+    ]
+
+
+def paper_values(rows: list[dict]) -> dict:
+    """cell_key -> (the paper's error, its binomial SE): one run per cell, so no seed spread is known."""
+    return {cell_key(r): (r["paper_error"], binomial_se(r["paper_error"])) for r in rows}
+
+
+def our_values(cells: dict) -> dict:
+    """cell_key -> (our mean error over seeds, Cell.uncertainty), for cells whose runs are finished."""
+    return {key: (cell.mean, cell.uncertainty) for key, cell in cells.items() if cell.finished}
+
+
+def _side(side, values):
+    """(value, uncertainty, the cell it came from) of one side of a comparison, None if a cell is missing."""
+    if not isinstance(side, tuple):
+        return float(side), 0.0, None
+    if any(key not in values for key in side):
         return None
-    d200, d800, p200, p800 = (errors[k] for k in need)
-    return (d800 > d200 and d800 - p800 > d200 - p200,
-            f"B-EBP-D {d200:.2f} → {d800:.2f}, gap to B-EBP-P {d200 - p200:.2f} → {d800 - p800:.2f}")
+    key = min(side, key=lambda k: values[k][0])
+    return values[key][0], values[key][1], key
 
 
-def finding_dropout_wide_binary_d(errors):
-    """With dropout, B-EBP-D does not degrade for wide two-layer nets: no worse at [800,800] than at [200,200]
-    (Table 3; the paper's B-EBP-D falls from 3.97% to 2.68% there)."""
-    need = [(3, "B-EBP-D", "[200,200]"), (3, "B-EBP-D", "[800,800]")]
-    if any(k not in errors for k in need):
-        return None
-    d200, d800 = (errors[k] for k in need)
-    return d800 <= d200, f"B-EBP-D {d200:.2f} → {d800:.2f}"
+def judge(comparison: Comparison, values: dict) -> dict:
+    """One comparison on one set of values: status (supports, contradicts, within tolerance, not run yet), the
+    difference d = worse − better (points), its tolerance, and the cells each side came from."""
+    better, worse = _side(comparison.better, values), _side(comparison.worse, values)
+    if better is None or worse is None:
+        return {"status": "not run yet"}
+    d, tolerance = worse[0] - better[0], 2 * math.sqrt(better[1] ** 2 + worse[1] ** 2)
+    status = "supports" if d > tolerance else "contradicts" if d < -tolerance else "within tolerance"
+    return {"status": status, "d": d, "tolerance": tolerance, "better": better, "worse": worse}
 
 
-def finding_real_beats_binary(errors):
-    """Real weights beat binary weights (same table, column and output) in most cells."""
-    counted = _count(errors, [((t, "R" + r[1:], c), (t, r, c)) for (t, r, c) in list(errors)
-                              if r.startswith("B")])
-    return None if counted is None else (2 * counted[0] > counted[1], counted)
+def verdict(finding: Finding, values: dict) -> dict:
+    """A finding judged on one set of values: verdict (agree, disagree, inconclusive, not run yet), the count
+    of each status, and the judged comparisons in order."""
+    judged = [judge(c, values) for c in finding.comparisons]
+    counts = {s: sum(j["status"] == s for j in judged)
+              for s in ("supports", "contradicts", "within tolerance", "not run yet")}
+    n = len(judged)
+    if counts["not run yet"] == n:
+        word = "not run yet"
+    elif finding.quantifier == "every":
+        word = "agree" if counts["supports"] == n else "disagree" if counts["contradicts"] else "inconclusive"
+    else:
+        word = ("agree" if 2 * counts["supports"] > n else "disagree" if 2 * counts["contradicts"] >= n
+                else "inconclusive")
+    return {"verdict": word, "counts": counts, "judged": judged}
 
 
-FINDINGS = [("Two hidden layers beat one (EBP-P, same width)", finding_two_layers, 16),
-            ("Dropout helps (Table 3 below Table 2)", finding_dropout, 36),
-            ("B-EBP-D degrades for wide two-layer nets without dropout", finding_wide_binary_d, 4),
-            ("With dropout, B-EBP-D does not degrade for wide two-layer nets", finding_dropout_wide_binary_d, 2),
-            ("Real weights beat binary weights", finding_real_beats_binary, 50)]
+def describe_verdict(v: dict) -> str:
+    """'agree (5 ✓, 0 ✗, 1 ~ of 6)': the verdict and how many comparisons support it (✓), contradict it (✗), are
+    within tolerance (~) or not run yet."""
+    c, n = v["counts"], sum(v["counts"].values())
+    if v["verdict"] == "not run yet":
+        return "not run yet"
+    missing = f", {c['not run yet']} not run" if c["not run yet"] else ""
+    return f"{v['verdict']} ({c['supports']} ✓, {c['contradicts']} ✗, {c['within tolerance']} ~{missing} of {n})"
 
 
-def _evidence(value, n_expected) -> str:
-    if isinstance(value, tuple):
-        k, n = value
-        return f"{k}/{n} comparisons" + ("" if n >= n_expected else f", {n} of {n_expected} available")
-    return str(value)
-
-
-def check_findings(rows: list[dict], best: dict) -> list[dict]:
-    """Each finding evaluated on the paper's numbers and on ours: agree / disagree / not yet run.
-
-    Ours is evaluated separately within each protocol (profile, epochs done, training images): a 3-epoch run
-    says nothing against a 120-epoch one. The verdict comes from the most complete protocol that can test it."""
-    paper = {(r["table"], r["row"], r["column"]): r["paper_error"] for r in rows}
-    mine, protocol = {}, {}
-    for r in rows:
-        key, result = (r["table"], r["row"], r["column"]), best.get(r["run_id"])
-        if result is not None and ours(r, best) is not None:
-            mine[key] = ours(r, best)
-            protocol[key] = (result.get("n_train_images") or 0, result.get("epochs_done") or 0,
-                             result.get("profile"))
-    groups = sorted(set(protocol.values()), reverse=True)  # most training first
-    out = []
-    for title, predicate, n_expected in FINDINGS:
-        theirs = predicate(paper)
-        tested = [(g, predicate({k: v for k, v in mine.items() if protocol[k] == g}))
-                  for g in groups]
-        tested = [(g, t) for g, t in tested if t is not None]
-        verdict = "not yet run" if not tested else ("agree" if tested[0][1][0] == theirs[0] else "disagree")
-        out.append({"finding": title, "paper": f"{'holds' if theirs[0] else 'fails'} "
-                    f"({_evidence(theirs[1], n_expected)})",
-                    "ours": "; ".join(f"{g[2]}, {g[1]} ep: {'holds' if t[0] else 'fails'} "
-                                      f"({_evidence(t[1], n_expected)})" for g, t in tested) or "-",
-                    "verdict": verdict})
-    return out
-
-
-def coverage(rows: list[dict], best: dict) -> str:
-    """Per table: how many runs exist, and ours − paper (percentage points) over the cells run, separately for
-    each protocol (a 3-epoch difference and a 120-epoch one say different things)."""
-    lines = []
-    for table in sorted({r["table"] for r in rows}):
-        cells = [r for r in rows if r["table"] == table]
-        runs = sorted({r["run_id"] for r in cells})
-        line = f"Table {table}: {sum(run in best for run in runs)} of {len(runs)} runs have results"
-        by_protocol = {}
-        for r in cells:
-            if ours(r, best) is not None:
-                by_protocol.setdefault(provenance(best[r["run_id"]]), []).append(ours(r, best) - r["paper_error"])
-        paper_first = sorted(by_protocol.items(), key=lambda item: (not item[0].startswith("paper"), item[0]))
-        for label, diffs in paper_first:
-            line += (f"; {label}: ours − paper over {len(diffs)} cells: mean {sum(diffs) / len(diffs):+.2f}, "
-                     f"from {min(diffs):+.2f} to {max(diffs):+.2f} points")
-        lines.append(line)
+def findings_summary(rows: list[dict], variants: dict, findings: list[Finding] | None = None) -> str:
+    """Markdown: one line per finding, judged on the paper's numbers and on ours in each variant ({label: cells};
+    the first is the tables' main reading; a later variant is shown only for findings that read a table its
+    readings change: Table 3 for a dropout reading, Table 4 for a mask reading, as named by VARIANT_TABLES)."""
+    findings = paper_findings() if findings is None else findings
+    paper = paper_values(rows)
+    labels = list(variants)
+    lines = ["| finding | every/most | paper's numbers | " + " | ".join(_ours_header(k, label) for k, label in
+                                                                      enumerate(labels)) + " |",
+             "|---" * (3 + len(labels)) + "|"]
+    for f in findings:
+        entries = []
+        for k, label in enumerate(labels):
+            touched = k == 0 or VARIANT_TABLES.get(label, set()) & f.tables
+            entries.append(f"**{describe_verdict(verdict(f, our_values(variants[label])))}**" if touched else "same")
+        lines.append(f"| {f.title} ({f.source}) | {f.quantifier} | {describe_verdict(verdict(f, paper))} | "
+                     + " | ".join(entries) + " |")
     return "\n".join(lines)
 
 
-def plot_learning_curves(ax, rows: list[dict], best: dict, table: int, weights: str) -> None:
-    """Test error (%) of EBP-P (solid) and EBP-D (dashed) against epoch, one colour per column of `table`."""
-    runs = list(dict.fromkeys((r["column"], r["run_id"]) for r in rows
-                              if r["table"] == table and r["weights"] == weights))
-    profiles = set()
-    for k, (column, run_id) in enumerate(runs):
-        result = best.get(run_id)
-        if result is None:
+# The tables a variant's reading changes (findings_summary and finding_details show a variant's verdict only for
+# findings that read one of them); the notebook names its variants with these labels.
+VARIANT_TABLES = {"Table 3 analytic": {3}, "Table 4 held": {4}}
+def _ours_header(k: int, label: str) -> str:
+    """The column of our verdicts: 'ours' for the main variant (the first), 'ours, <label>' for the others."""
+    return "ours" if k == 0 else f"ours, {label}"
+
+
+STATUS_MARKS = {"supports": "✓", "contradicts": "✗", "within tolerance": "~", "not run yet": "·"}
+
+
+def _judged_text(j: dict) -> str:
+    if j["status"] == "not run yet":
+        return "· not run yet"
+    return f"{STATUS_MARKS[j['status']]} {j['d']:+.2f} (tol {j['tolerance']:.2f})"
+
+
+def finding_details(finding: Finding, rows: list[dict], variants: dict, max_lines: int = 12) -> str:
+    """Markdown: the comparisons that carry a finding's verdicts, one line each: d = worse − better with its
+    tolerance and a mark (✓ supports, ✗ contradicts, ~ within tolerance, · not run yet), for the paper's numbers
+    and ours (variants as in findings_summary). Beyond `max_lines` comparisons, those marked ✓ everywhere are
+    counted in a last line rather than listed."""
+    labels = [label for k, label in enumerate(variants)
+              if k == 0 or VARIANT_TABLES.get(label, set()) & finding.tables]
+    columns = [("paper", paper_values(rows))] + [(_ours_header(k, label), our_values(variants[label]))
+                                                 for k, label in enumerate(labels)]
+    judged = [[judge(c, values) for _, values in columns] for c in finding.comparisons]
+    lines = [f"**{finding.title}** ({finding.source}; {finding.quantifier}) — d = worse − better, points",
+             "", "| comparison | " + " | ".join(name for name, _ in columns) + " |",
+             "|---" * (1 + len(columns)) + "|"]
+    hidden = 0
+    for comparison, row in zip(finding.comparisons, judged):
+        if len(finding.comparisons) > max_lines and all(j["status"] == "supports" for j in row):
+            hidden += 1
             continue
+        lines.append(f"| {comparison.label} | " + " | ".join(_judged_text(j) for j in row) + " |")
+    if hidden:
+        lines.append(f"| {hidden} more comparisons | " + " | ".join("✓" for _ in columns) + " |")
+    return "\n".join(lines)
+
+
+def plot_learning_curves(ax, rows: list[dict], cells: dict, table: int, weights: str) -> None:
+    """Test error (%) of EBP-P (solid) and EBP-D (dashed) against epoch, one colour per column of `table`: the
+    first pooled seed of each cell (the title says which profile)."""
+    runs = list(dict.fromkeys((r["column"], cell_key(r)) for r in rows
+                              if r["table"] == table and r["weights"] == weights and r["output"] == "ebp_p"))
+    profiles = set()
+    for k, (column, key) in enumerate(runs):
+        cell = cells.get(key)
+        if cell is None:
+            continue
+        result = cell.pooled[0]
         profiles.add(result["profile"])
         epochs = [h["epoch"] for h in result["history"]]
         color = f"C{k % 10}"

@@ -1,6 +1,6 @@
 """Copy the rendered tables (written by notebooks/tables.ipynb) into README.md, between its two markers.
 
-    python scripts/readme_tables.py            # rewrite README.md's results block from outputs/runs/tables.md
+    python scripts/readme_tables.py            # rewrite README.md's results block from outputs/runs/paper/tables.md
     python scripts/readme_tables.py --check    # exit 1 if the README's block differs from the rendered tables
 
 The README never carries hand-typed results: tests/test_readme.py runs the check.
@@ -26,7 +26,7 @@ def with_tables(readme: str, tables: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tables", type=Path, default=REPO / "outputs" / "runs" / "tables.md")
+    parser.add_argument("--tables", type=Path, default=REPO / "outputs" / "runs" / "paper" / "tables.md")
     parser.add_argument("--readme", type=Path, default=REPO / "README.md")
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 if they differ")
     args = parser.parse_args(argv)

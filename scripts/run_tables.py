@@ -15,6 +15,7 @@ Examples (from the repository root; `python` is the project's interpreter, e.g. 
   python scripts/run_tables.py binary-200 real-800-800     # runs by id (see --list)
   python scripts/run_tables.py --all --profile paper       # the full protocol: 60,000 images, 120 epochs
   python scripts/run_tables.py --table 2 --seed 0 1 2      # three seeds (folders binary-200, binary-200-seed1, ...)
+  python scripts/run_tables.py --table 4 --mask-reading held   # Table 4, masked weights held at h = 0 (-held)
   python scripts/run_tables.py --all --list                # show what would run and each run's state
   python scripts/run_tables.py --all --profile paper --scheduler tcp://host:8786   # on a Dask cluster
 
@@ -66,9 +67,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", nargs="+", type=int, default=[0], metavar="N",
                         help="train each run with these seeds (default 0); seed 0 keeps the run's folder name, "
                              "others get -seed<N> appended, e.g. binary-200-seed1")
-    parser.add_argument("--dropout-reading", choices=ex.DROPOUT_READINGS, default="analytic",
-                        help="how dropout enters EBP for Table 3 runs (default analytic: the authors' code; "
-                             "recorded in each result and in the run's folder name)")
+    parser.add_argument("--dropout-reading", choices=ex.DROPOUT_READINGS, default="sampled",
+                        help="how dropout enters EBP for Table 3 runs: sampled (default; Bernoulli masks on the "
+                             "inputs and hidden units, the paper's text and the reading Table 3 shows first) or "
+                             "analytic (the authors' code); recorded in each result and in the run's folder name")
+    parser.add_argument("--mask-reading", choices=ex.MASK_READINGS, default="absent",
+                        help="Table 4 only: the weights outside a spatial unit's block are absent (default) or "
+                             "held at h = 0 as in the paper's full matrix (docs/maths.md, Spatial filtering); "
+                             "held runs go to <run>-held/, e.g. binary-block13-held")
     parser.add_argument("--jobs", type=int, default=None,
                         help="runs at once (default: the number of local cores; with --scheduler: all)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
@@ -120,13 +126,20 @@ def main(argv=None) -> int:
     if not rows:
         print("error: these filters select no table cell", file=sys.stderr)
         return 2
-    jobs = ex.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed, args.data_dir)
+    try:
+        ex.check_mask_reading(rows, args.mask_reading)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    jobs = ex.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed, args.data_dir,
+                        args.mask_reading)
     if args.list:
         list_jobs(jobs)
         return 0
     profile = ex.PROFILES[args.profile]
     print(f"profile {args.profile}: {profile['epochs']} epochs, {profile['n_train'] or ex.FULL_TRAIN:,} training "
-          f"images; seeds {', '.join(map(str, args.seed))}; dropout reading {args.dropout_reading}; results in "
+          f"images; seeds {', '.join(map(str, args.seed))}; dropout reading {args.dropout_reading}; mask reading "
+          f"{args.mask_reading}; results in "
           f"{args.runs_dir / args.profile}")
     try:
         outcomes = ex.run_batch(jobs, args.jobs, args.scheduler, args.progress_every)

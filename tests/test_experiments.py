@@ -1,6 +1,8 @@
 """The experiment infrastructure (ebp_experiments, scripts/run_tables.py): parameter validation, the paper's
-tables as data, the batch runner's row selection and seeds, skipping finished runs, resuming a run killed mid-way
-(bit-identical to an uninterrupted run), failure reports, and the findings of notebooks/tables.ipynb.
+tables as data, the batch runner's row selection, seeds and mask readings, skipping finished runs, resuming a run
+killed mid-way (bit-identical to an uninterrupted run), failure reports, and what notebooks/tables.ipynb shows: cells
+pooled over seeds (mean ± SD, last-10-epoch mean), one profile at a time, and the paper's findings judged with a
+tolerance.
 
 Validation, selection and findings run in-process without notebooks. The runner tests execute
 notebooks/experiment.ipynb through papermill exactly as scripts/run_tables.py does, on a tiny configuration
@@ -59,6 +61,8 @@ def test_defaults_are_valid_and_cheap():
     ("architecture", "0-10", "neither a positive layer size"),
     ("architecture", 3.5, "give a name such as"),
     ("weights", "ternary", "choose one of binary, real"),
+    ("mask_reading", "partial", "choose 'absent'"),
+    ("mask_reading", "held", "has no locally connected layer"),  # the default architecture "200" is dense
     ("dropout", "bernoulli", "choose None"),
     ("keep", 0.0, "in (0, 1]"),
     ("keep", 1.5, "in (0, 1]"),
@@ -86,6 +90,20 @@ def test_every_problem_is_reported_at_once_and_typos_are_errors():
         ex.validate_parameters({"epochs": 0, "weights": "ternary", "epoch": 5})
     text = str(info.value)
     assert "epochs=0" in text and "weights='ternary'" in text and "epoch: unknown parameter" in text
+
+
+def test_mask_reading_is_a_parameter_of_spatial_runs():
+    """held is valid for a spatial architecture; run_config records it only when it is not the default, so the
+    checkpoints written before the option existed (all absent) stay resumable; a result without the parameter
+    (written before it existed) is the same configuration as one with the default."""
+    held = ex.validate_parameters({"architecture": "block13", "mask_reading": "held"})
+    assert ex.run_config(held)["mask_reading"] == "held"
+    absent = ex.validate_parameters({"architecture": "block13"})
+    assert absent["mask_reading"] == "absent" and "mask_reading" not in ex.run_config(absent)
+    assert "(non-connected weights held)" in ex.describe(held) and "non-connected" not in ex.describe(
+        ex.validate_parameters({}))
+    old = {k: v for k, v in absent.items() if k != "mask_reading"}
+    assert ex.same_configuration(old, absent) and not ex.same_configuration(old, held)
 
 
 def test_normalisation_and_protocol_label():
@@ -203,15 +221,37 @@ def test_seeds_get_their_own_folders_and_seed_0_keeps_the_old_names(rows, tmp_pa
     assert keys == ["binary-block17", "binary-block17-seed3", "real-block17", "real-block17-seed3"]
 
 
-def test_tables_read_the_seed_from_each_result(rows):
-    """A cell is filled by the seed asked for (0 by default), whatever other seeds were run."""
-    row = ex.select_rows(rows, run_ids=["real-400"])[0]
-    seed0 = fake_result(row, 120, None, "paper", 0.02)
-    seed1 = fake_result(row, 120, None, "paper", 0.03)
-    seed1["parameters"]["seed"] = 1
-    assert ex.best_results([row], [seed1, seed0])["real-400"] is seed0
-    assert ex.best_results([row], [seed0, seed1], seed=1)["real-400"] is seed1
-    assert ex.best_results([row], [seed1]) == {} and ex.seeds_run([seed0, seed1]) == [0, 1]
+def test_held_mask_reading_is_for_table_4_and_gets_its_own_folders(rows, tmp_path, capsys):
+    """--mask-reading held: Table 4 runs go to <run>-held (after the dropout reading, before the seed); other tables
+    are refused with a message saying what to select; the folder names work as run ids."""
+    table4 = ex.select_rows(rows, tables=[4], columns=["256"], weights=["binary"])
+    jobs = ex.make_jobs(table4, "paper", runs_dir=tmp_path, seeds=[0, 2], mask_reading="held")
+    assert [j["key"] for j in jobs] == ["binary-block13-held", "binary-block13-held-seed2"]
+    assert jobs[0]["parameters"]["mask_reading"] == "held" and ex.run_config(jobs[0]["parameters"])["mask_reading"]
+    assert ex.make_jobs(table4, "paper", runs_dir=tmp_path)[0]["parameters"]["mask_reading"] == "absent"
+    with pytest.raises(ValueError, match="applies to Table 4 .* only.*Table 2.*select --table 4"):
+        ex.make_jobs(ex.select_rows(rows, columns=["200", "144"]), "paper", mask_reading="held")
+    assert ex.select_rows(rows, run_ids=["binary-block13-held"]) == table4
+    assert cli.main(["--all", "--mask-reading", "held", "--list", "--runs-dir", str(tmp_path)]) == 2
+    assert "select --table 4" in capsys.readouterr().err
+    assert cli.main(["--table", "4", "--mask-reading", "held", "--list", "--runs-dir", str(tmp_path)]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert len(listed) == 14 and all(key.endswith("-held") for key in listed)
+    assert cli.parse_args(["--all"]).dropout_reading == "sampled"  # the reading Table 3 shows first
+
+
+def test_a_result_written_before_mask_readings_is_still_finished(rows, tmp_path):
+    """The committed results have no mask_reading parameter: the runner must skip them as finished (the
+    default reading), not retrain them as stale."""
+    job = ex.make_jobs(ex.select_rows(rows, run_ids=["binary-block13"]), TINY, runs_dir=tmp_path)[0]
+    result = fake_result(job["parameters"], TINY["epochs"], TINY["n_train"], "tiny", 0.1)
+    result["parameters"] = {k: v for k, v in job["parameters"].items() if k != "mask_reading"}
+    Path(job["output_dir"]).mkdir(parents=True)
+    (Path(job["output_dir"]) / ex.RESULT_FILE).write_text(json.dumps(result))
+    assert ex.job_state(job).state == "finished"
+    held = ex.make_jobs(ex.select_rows(rows, run_ids=["binary-block13"]), TINY, runs_dir=tmp_path,
+                        mask_reading="held")[0]
+    assert ex.job_state(held).state == "new"  # its own folder
 
 
 def test_one_source_for_parameters_and_paper_runs(rows):
@@ -312,43 +352,123 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
     assert ex.job_state(tiny_job(tmp_path, epochs=4)).state == "stale"  # another configuration is rerun
 
 
+def test_a_held_run_trains_the_held_network(tmp_path, real_data_dir, rows):
+    """The runner passes mask_reading to the notebook, which passes it to init_network: a one-epoch held run of
+    block 13 on 1,000 images gives exactly the errors of the same held network trained in this process (and not
+    those of the absent one), records the reading in its result, and fills Table 4's held variant only."""
+    tiny = {"name": "tiny", "epochs": 1, "n_train": 1000, "batch_size": 10}  # fewer: above the 50% check
+    [job] = ex.make_jobs(ex.select_rows(rows, run_ids=["binary-block13"]), tiny, runs_dir=tmp_path,
+                         mask_reading="held")
+    [outcome] = ex.run_batch([job], n_jobs=1, echo=lambda *_: None)
+    assert outcome["status"] == "finished", outcome
+    result = ex.read_result(job["output_dir"])
+    assert Path(job["output_dir"]).name == "binary-block13-held" and result["parameters"]["mask_reading"] == "held"
+    data = ebp_lib.load_dataset("mnist", n_train=1000)
+    expected = {}
+    for reading in ("held", "absent"):
+        net = ebp_lib.init_network(ex.architecture_layers("block13"), "binary", seed=0, mask_reading=reading)
+        expected[reading] = ebp_lib.fit(net, data, 1, 10, seed=0)[1][-1]
+    assert expected["held"]["test_ebp_p"] != expected["absent"]["test_ebp_p"]
+    assert result["final"] == {k: expected["held"][k] for k in result["final"]}
+    results = ex.load_results(tmp_path)
+    assert ex.table_cells(rows, results, "tiny", mask_reading="absent") == {}
+    held = ex.table_cells(rows, results, "tiny", mask_reading="held")
+    assert sorted(held) == [(4, "B-EBP-D", "256"), (4, "B-EBP-P", "256")]
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Reading results back (notebooks/tables.ipynb)
 # ----------------------------------------------------------------------------------------------------------
 
-def fake_result(row_or_params, epochs_done, n, profile, final, epochs=None):
+def fake_result(row_or_params, epochs_done, n, profile, final, epochs=None, seed=0, curve=None, **params):
+    """A result.json as EpochRecorder writes it; the test error after every epoch is `final` (both outputs), or
+    `curve` (one value per epoch done) when given."""
     params = ex.validate_parameters({"architecture": row_or_params["architecture"],
                                      "weights": row_or_params["weights"], "epochs": epochs or epochs_done,
-                                     "n_train": n})
-    history = [{"epoch": e + 1, "test_ebp_p": final, "test_ebp_d": final} for e in range(epochs_done)]
+                                     "n_train": n, "seed": seed, **params})
+    curve = curve or [final] * epochs_done
+    history = [{"epoch": e + 1, "test_ebp_p": v, "test_ebp_d": v} for e, v in enumerate(curve)]
     return {"parameters": params, "protocol": ex.protocol_label(params), "finished": epochs is None,
             "epochs_done": epochs_done, "n_train_images": n or 60000, "profile": profile,
-            "final": {"test_ebp_p": final, "test_ebp_d": final}, "history": history}
+            "final": {"test_ebp_p": curve[-1], "test_ebp_d": curve[-1]}, "history": history}
 
 
-def test_the_most_complete_run_is_preferred(rows):
-    row = ex.select_rows(rows, run_ids=["real-400"])[0]
+def cell_row(rows, table, label, column):
+    return next(r for r in rows if (r["table"], r["row"], r["column"]) == (table, label, column))
+
+
+def write_result(runs_dir, key, result):
+    """Write `result` as outputs/runs/<its profile>/<key>/result.json under runs_dir."""
+    path = Path(runs_dir) / result["profile"] / key / ex.RESULT_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(result))
+
+
+def test_each_profile_is_shown_on_its_own_and_the_most_complete_run_fills_a_cell(rows):
+    """A quick run never fills the paper profile's cells (and the reverse); within a profile a finished run beats
+    an unfinished one, which still fills the cell (marked with its epochs) until then."""
+    row = cell_row(rows, 2, "R-EBP-P", "400")
     quick = fake_result(row, 3, 6000, "quick", 0.05)
-    partial_paper = fake_result(row, 2, None, "paper", 0.04, epochs=120)
+    partial = fake_result(row, 2, None, "paper", 0.04, epochs=120)
     paper = fake_result(row, 120, None, "paper", 0.02)
     other = fake_result({"architecture": "400", "weights": "binary"}, 120, None, "paper", 0.5)
-    assert ex.best_results([row], [quick, other])["real-400"] is quick
-    assert ex.best_results([row], [quick, partial_paper])["real-400"] is partial_paper
-    assert ex.best_results([row], [paper, quick, partial_paper])["real-400"] is paper
-    assert ex.provenance(partial_paper) == "paper, 2/120 ep, 60k"
+    key = ex.cell_key(row)
+    assert ex.table_cells([row], [quick, other], "paper") == {}
+    assert ex.table_cells([row], [quick, partial, paper], "quick")[key].pooled == [quick]
+    cell = ex.table_cells([row], [quick, partial], "paper")[key]
+    assert cell.pooled == [partial] and not cell.finished
+    assert "2.29 / 4.00 (+1.71) · 2/120 ep" in ex.render_table(2, rows, {key: cell}, "paper")
+    assert ex.table_cells([row], [paper, quick, partial], "paper")[key].pooled == [paper]
+    assert ex.provenance(partial) == "paper, 2/120 ep, 60k"
 
 
-def test_findings_on_the_papers_own_numbers_hold(rows):
-    """Fed the paper's numbers as 'ours', every finding holds and agrees; with nothing run, 'not yet run'."""
-    best = {r["run_id"]: {"final": {}} for r in rows}
-    for r in rows:
-        best[r["run_id"]]["final"][f"test_{r['output']}"] = r["paper_error"] / 100
-    verdicts = ex.check_findings(rows, best)
-    assert [v["verdict"] for v in verdicts] == ["agree"] * 5, verdicts
-    assert verdicts[1]["paper"] == "holds (32/36 comparisons)"
-    assert [v["verdict"] for v in ex.check_findings(rows, {})] == ["not yet run"] * 5
+def test_dropout_and_mask_readings_fill_their_own_variants(rows):
+    """Table 3 cells take the asked dropout reading, Table 4 cells the asked mask reading; a result written before
+    mask readings existed (no mask_reading) is the absent reading; dense tables ignore the mask reading."""
+    t3, t4, t2 = cell_row(rows, 3, "B-EBP-P", "200"), cell_row(rows, 4, "B-EBP-P", "256"), cell_row(rows, 2, "B-EBP-P", "200")
+    sampled = fake_result(t3, 120, None, "paper", 0.03, dropout="sampled")
+    analytic = fake_result(t3, 120, None, "paper", 0.04, dropout="analytic")
+    absent = fake_result(t4, 120, None, "paper", 0.035)
+    del absent["parameters"]["mask_reading"]
+    held = fake_result(t4, 120, None, "paper", 0.065, mask_reading="held")
+    dense = fake_result(t2, 120, None, "paper", 0.033)
+    results = [sampled, analytic, absent, held, dense]
+    main = ex.table_cells(rows, results, "paper", "sampled", "absent")
+    assert [main[ex.cell_key(r)].pooled[0] for r in (t3, t4, t2)] == [sampled, absent, dense]
+    other = ex.table_cells(rows, results, "paper", "analytic", "held")
+    assert [other[ex.cell_key(r)].pooled[0] for r in (t3, t4, t2)] == [analytic, held, dense]
+    assert "held at h = 0" in ex.render_table(4, rows, other, "paper", mask_reading="held")
+    assert "sampled dropout" in ex.render_table(3, rows, main, "paper", "sampled")
 
 
+def test_seeds_are_pooled_as_mean_and_sd_beside_the_last_ten_epochs(rows, tmp_path):
+    """Folders <run>, <run>-seed1, <run>-seed2 of one configuration, finished: the cell shows their mean ± SD and
+    n = 3, and the mean over seeds of each run's mean test error over its last 10 epochs (111-120); a seed still
+    training (seed 3) is named beside the cell, not pooled. The table's title names the profile and the seeds."""
+    row = cell_row(rows, 2, "B-EBP-P", "200")
+    for seed, last in [(0, 0.030), (1, 0.032), (2, 0.034)]:  # epochs 111-119 at 3.1%, epoch 120 at `last`
+        curve = [0.05] * 110 + [0.031] * 9 + [last]
+        write_result(tmp_path, ex.run_key("binary-200", seed=seed), fake_result(row, 120, None, "paper", None,
+                                                                               seed=seed, curve=curve))
+    write_result(tmp_path, "binary-200-seed3", fake_result(row, 40, None, "paper", 0.04, epochs=120, seed=3))
+    write_result(tmp_path, "binary-200-quick", fake_result(row, 3, 6000, "quick", 0.2))
+    results = ex.load_results(tmp_path)
+    assert ex.seeds_run(results) == [0, 1, 2, 3]
+    cells = ex.table_cells(rows, results, "paper")
+    cell = cells[ex.cell_key(row)]
+    assert cell.seeds == [0, 1, 2] and [ex.seed_of(r) for r in cell.others] == [3] and cell.finished
+    assert cell.mean == pytest.approx(3.2) and cell.sd == pytest.approx(0.2)
+    last, last_sd = cell.last_epochs
+    assert last == pytest.approx(3.11) and last_sd == pytest.approx(0.02)
+    se = 100 * (0.032 * 0.968 / 10000) ** 0.5
+    assert cell.uncertainty == pytest.approx((0.2 ** 2 + se ** 2) ** 0.5)
+    text = ex.render_table(2, rows, cells, "paper")
+    assert "| 200 | 3.46 / 3.20 ± 0.20 (n = 3) (-0.26); last 10: 3.11 ± 0.02 · seed 3: 40/120 ep |" in text
+    assert "profile paper (120 epochs on all 60,000 training images, batch 10); seeds 0, 1, 2 (3 per cell in " \
+           "2 cells; mean ± SD over seeds)" in text
+    one = ex.table_cells(rows, [r for r in results if ex.seed_of(r) == 0], "paper")
+    assert one[ex.cell_key(row)].sd is None and "seed 0 (one run per cell)" in ex.render_table(2, rows, one, "paper")
+    assert "| 200 | 3.46 / 3.00 (-0.46); last 10: 3.09 |" in ex.render_table(2, rows, one, "paper")
 def test_committed_only_reads_what_git_holds(tmp_path, rows):
     """Runs in progress in the working tree do not change what the committed tables notebook reads."""
     row = ex.select_rows(rows, run_ids=["real-400"])[0]
@@ -386,32 +506,126 @@ def test_a_run_finished_by_another_runner_meanwhile_is_not_retrained(tmp_path):
     assert json.loads((out / "result.json").read_text()) == result
 
 
-def test_findings_compare_only_runs_of_the_same_protocol(rows):
-    """A 3-epoch quick run must not be compared with a 120-epoch paper run: each protocol is judged on its own,
-    and the verdict comes from the most complete one."""
-    def result(row, profile, error):
-        epochs, n = (120, None) if profile == "paper" else (3, 6000)
-        return fake_result(row, epochs, n, profile, error)
-    picked = {r["run_id"]: r for r in rows if r["table"] == 2 and r["column"] in ("800", "[800,800]")}
-    best = {}
-    for run_id, row in picked.items():
-        # the one-layer runs at the paper's protocol (low error), the two-layer ones only quick (high error):
-        # mixed, "two layers beat one" would fail; within the quick protocol alone there is nothing to compare
-        best[run_id] = result(row, "paper", 0.02) if row["column"] == "800" else result(row, "quick", 0.3)
-    verdict = ex.check_findings(rows, best)[0]
-    assert verdict["verdict"] == "not yet run" and verdict["ours"] == "-", verdict
-    # one-layer runs at the quick protocol too: now the quick protocol can test it (0.3 < 0.4: holds)
-    quick_one = {run_id: result(row, "quick", 0.4) for run_id, row in picked.items() if row["column"] == "800"}
-    verdict = ex.check_findings(rows, {**best, **quick_one})[0]
-    assert verdict["verdict"] == "agree" and verdict["ours"].startswith("quick, 3 ep: holds (2/2"), verdict
 
 
-def test_coverage_summarises_each_protocol_on_its_own(rows):
-    """ours − paper is averaged within a protocol: a quick run's +8 points never dilutes a paper run's −0.2."""
-    table2 = [r for r in rows if r["table"] == 2]
-    paper_run, quick_run = table2[0]["run_id"], next(r["run_id"] for r in table2 if r["run_id"] != table2[0]["run_id"])
-    best = {paper_run: fake_result(next(r for r in table2 if r["run_id"] == paper_run), 120, None, "paper", 0.01),
-            quick_run: fake_result(next(r for r in table2 if r["run_id"] == quick_run), 3, 6000, "quick", 0.5)}
-    line = ex.coverage(rows, best).splitlines()[0]
-    assert line.startswith("Table 2: 2 of 18 runs have results; paper, 120 ep, 60k: ours − paper over 2 cells"), line
-    assert "; quick, 3 ep, 6k: ours − paper over 2 cells" in line
+# ----------------------------------------------------------------------------------------------------------
+# The paper's findings, judged with a tolerance
+# ----------------------------------------------------------------------------------------------------------
+
+def test_a_comparison_is_decided_only_beyond_two_standard_errors():
+    """d = worse − better against 2·sqrt(u_better² + u_worse²): supports, contradicts or within tolerance; a side
+    may be the best of several cells or a fixed error (u = 0); a missing cell leaves it not run."""
+    values = {"a": (2.0, 0.1), "b": (2.5, 0.1), "c": (2.2, 0.1), "d": (1.9, 0.3)}
+    judge = lambda better, worse: ex.judge(ex.Comparison("x", better, worse), values)  # noqa: E731
+    assert judge(("a",), ("b",))["status"] == "supports"  # d = 0.5 > 2·sqrt(0.02) = 0.28
+    assert judge(("b",), ("a",))["status"] == "contradicts"
+    assert judge(("a",), ("c",))["status"] == "within tolerance"  # d = 0.2 < 0.28
+    assert judge(("d",), ("b",))["status"] == "within tolerance"  # d = 0.6 < 2·sqrt(0.1) = 0.63: the SD counts
+    best = judge(("b", "c"), ("a", "d"))  # best 2.2 (c) against best 1.9 (d)
+    assert best["better"][2] == "c" and best["worse"][2] == "d" and best["d"] == pytest.approx(-0.3)
+    fixed = judge(("a",), 2.25)
+    assert fixed["status"] == "supports" and fixed["tolerance"] == pytest.approx(0.2)
+    assert judge(("a", "missing"), ("b",))["status"] == "not run yet"
+
+
+def test_every_and_most_verdicts():
+    """every: agree only if every comparison supports, disagree if any contradicts; most: agree if more than
+    half support, disagree if at least half contradict; anything else inconclusive."""
+    values = {"lo": (1.0, 0.01), "hi": (2.0, 0.01), "mid": (1.0, 0.01)}
+    sup, con, tie = ex.Comparison("s", ("lo",), ("hi",)), ex.Comparison("c", ("hi",), ("lo",)), \
+        ex.Comparison("t", ("lo",), ("mid",))
+    gone = ex.Comparison("g", ("lo",), ("absent",))
+
+    def word(quantifier, *comparisons):
+        return ex.verdict(ex.Finding("f", "here", quantifier, comparisons), values)["verdict"]
+    assert [word("every", sup, sup), word("every", sup, con), word("every", sup, tie), word("every", sup, gone)] == \
+        ["agree", "disagree", "inconclusive", "inconclusive"]
+    assert [word("most", sup, sup, con), word("most", sup, con), word("most", sup, tie, tie), word("most", gone)] == \
+        ["agree", "disagree", "inconclusive", "not run yet"]
+    v = ex.verdict(ex.Finding("f", "here", "every", (sup, con, tie, gone)), values)
+    assert ex.describe_verdict(v) == "disagree (1 ✓, 1 ✗, 1 ~, 1 not run of 4)"
+
+
+PAPER_VERDICTS = ["inconclusive", "agree", "inconclusive", "inconclusive", "agree", "inconclusive", "inconclusive",
+                  "agree", "agree", "inconclusive", "inconclusive", "inconclusive"]
+
+
+def paper_as_ours(rows, drop=()):
+    """Cells holding the paper's own numbers as finished single-seed runs (except the run ids in `drop`)."""
+    cells = {}
+    for r in rows:
+        if r["run_id"] not in drop:
+            result = fake_result(r, 120, None, "paper", r["paper_error"] / 100)
+            cells[ex.cell_key(r)] = ex.Cell(r, [result])
+    return cells
+
+
+def test_the_papers_own_numbers_judged_by_the_same_rule(rows):
+    """The paper's numbers with their binomial SE: (2), (5) and the width of B-EBP-D hold; every other finding is
+    inconclusive (e.g. dropout improves 13 of its 36 cells beyond tolerance, none is worse beyond it), and its own
+    Table 2 contradicts Summary (3) in 3 of 8 comparisons. Fed the same numbers as ours (one seed each), our
+    verdicts are the paper's; with nothing run, every finding is 'not run yet'."""
+    findings = ex.paper_findings()
+    assert len(findings) == 12 and findings[4].title.startswith("(5) Spatial filtering does not improve BMNNs")
+    paper = [ex.verdict(f, ex.paper_values(rows)) for f in findings]
+    assert [v["verdict"] for v in paper] == PAPER_VERDICTS
+    assert ex.describe_verdict(paper[6]) == "inconclusive (13 ✓, 0 ✗, 23 ~ of 36)"
+    assert ex.describe_verdict(paper[2]) == "inconclusive (2 ✓, 3 ✗, 3 ~ of 8)"
+    assert paper[4]["judged"][0]["d"] == pytest.approx(3.56 - 2.37)  # best binary: Table 4 B-EBP-D 225, Table 2
+    mine = [ex.verdict(f, ex.our_values(paper_as_ours(rows))) for f in findings]
+    assert [v["counts"] for v in mine] == [v["counts"] for v in paper]
+    assert [ex.verdict(f, {})["verdict"] for f in findings] == ["not run yet"] * 12
+
+
+def test_seed_spread_widens_the_tolerance(rows):
+    """The same two means are decided with one seed (binomial SE only) and within tolerance when three seeds
+    per cell spread them (SD 0.5): Summary (5) on the best binary cells of Tables 2 and 4."""
+    t2, t4 = cell_row(rows, 2, "B-EBP-P", "800"), cell_row(rows, 4, "B-EBP-P", "256")
+    finding = ex.paper_findings()[4]
+    cells = paper_as_ours(rows)
+
+    def with_seeds(row, errors):
+        return ex.Cell(row, [fake_result(row, 120, None, "paper", e / 100, seed=s) for s, e in enumerate(errors)])
+    one = {**cells, ex.cell_key(t2): with_seeds(t2, [2.0]), ex.cell_key(t4): with_seeds(t4, [2.6])}
+    three = {**cells, ex.cell_key(t2): with_seeds(t2, [1.5, 2.0, 2.5]), ex.cell_key(t4): with_seeds(t4, [2.1, 2.6, 3.1])}
+    assert ex.verdict(finding, ex.our_values(one))["verdict"] == "agree"
+    judged = ex.verdict(finding, ex.our_values(three))
+    assert judged["verdict"] == "inconclusive" and judged["judged"][0]["d"] == pytest.approx(0.6)
+    assert judged["judged"][0]["tolerance"] > 2 * (2 * 0.5 ** 2) ** 0.5
+
+
+def test_unfinished_runs_do_not_count_in_findings(rows):
+    """A run still training is shown in its table but left out of the findings: its comparisons are not run."""
+    cells = paper_as_ours(rows)
+    row = cell_row(rows, 4, "B-EBP-D", "225")
+    cells[ex.cell_key(row)] = ex.Cell(row, [fake_result(row, 30, None, "paper", 0.0356, epochs=120)])
+    judged = ex.verdict(ex.paper_findings()[4], ex.our_values(cells))
+    assert judged["verdict"] == "not run yet"
+
+
+def test_findings_summary_and_details_show_each_variant_where_it_matters(rows):
+    """The summary has one line per finding, the paper's verdict and ours per variant ('same' where a variant's
+    reading does not touch the finding's tables); the details list the comparisons that are not ✓ everywhere."""
+    main = paper_as_ours(rows)
+    held = paper_as_ours(rows, drop={r["run_id"] for r in rows if r["table"] == 4})
+    variants = {"main": main, "Table 3 analytic": main, "Table 4 held": held}
+    summary = ex.findings_summary(rows, variants).splitlines()
+    assert len(summary) == 2 + 12 and summary[0].startswith("| finding | every/most | paper's numbers | ours |")
+    line5 = next(line for line in summary if line.startswith("| (5) "))
+    assert line5.endswith("| **agree (1 ✓, 0 ✗, 0 ~ of 1)** | same | **not run yet** |"), line5
+    degrade = next(line for line in summary if line.startswith("| Without dropout"))
+    assert degrade.endswith("| same | same |")
+    details = ex.finding_details(ex.paper_findings()[6], rows, variants)
+    assert "| B-EBP-P 200: Table 3 < Table 2 | ~ -0.14 (tol 0.52) | ~ -0.14 (tol 0.52) | ~ -0.14 (tol 0.52) |" \
+        in details
+    assert "| 13 more comparisons | ✓ | ✓ | ✓ |" in details and "Table 4 held" not in details
+
+
+def test_coverage_counts_finished_running_and_missing_runs(rows):
+    row = cell_row(rows, 2, "B-EBP-P", "200")
+    cells = {ex.cell_key(row): ex.Cell(row, [fake_result(row, 120, None, "paper", 0.0336)])}
+    running = cell_row(rows, 2, "R-EBP-P", "400")
+    cells[ex.cell_key(running)] = ex.Cell(running, [fake_result(running, 7, None, "paper", 0.03, epochs=120)])
+    line = ex.coverage(rows, cells, 2, " (x)")
+    assert line == ("Table 2 (x): 1 of 18 runs finished, in progress: real-400 7/120 ep, 16 not run; ours − paper "
+                    "over 1 cells: mean -0.10, from -0.10 to -0.10 points"), line

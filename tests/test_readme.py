@@ -10,7 +10,7 @@ import readme_tables  # noqa: E402
 
 
 def test_readme_shows_the_rendered_tables():
-    assert readme_tables.main(["--check"]) == 0, "README.md's results differ from outputs/runs/tables.md"
+    assert readme_tables.main(["--check"]) == 0, "README.md's results differ from outputs/runs/paper/tables.md"
 
 
 def test_splice_replaces_only_the_block():
