@@ -1308,7 +1308,7 @@ def table_title(table: int, reading: str | None = None, mask_reading: str | None
     return title
 
 
-def _cell_text(row: dict, cell: Cell | None) -> str:
+def _cell_text(row: dict, cell: Cell | None, last_label: str) -> str:
     paper = row["paper_error"]
     if cell is None:
         return f"{paper:.2f} / not run yet"
@@ -1318,7 +1318,7 @@ def _cell_text(row: dict, cell: Cell | None) -> str:
     text += f" ({cell.mean - paper:+.2f})"
     if cell.finished:
         last, last_sd = cell.last_epochs
-        text += f"; last {LAST_EPOCHS}: {last:.2f}" + ("" if last_sd is None else f" ± {last_sd:.2f}")
+        text += f"; {last_label}: {last:.2f}" + ("" if last_sd is None else f" ± {last_sd:.2f}")
     else:
         text += f" · {cell.pooled[0]['epochs_done']}/{cell.pooled[0]['parameters']['epochs']} ep"
     for other in cell.others:
@@ -1335,12 +1335,13 @@ def render_table(table: int, rows: list[dict], cells: dict, profile: str, readin
     columns = list(dict.fromkeys(r["column"] for r in rows))
     by_cell = {(r["column"], r["row"]): r for r in rows}
     mine = [cells[cell_key(r)] for r in rows if cell_key(r) in cells]
+    k = min([LAST_EPOCHS] + [r["epochs_done"] for c in mine if c.finished for r in c.pooled])  # 3 for quick
     lines = [f"**{table_title(table, reading, mask_reading)}** — profile {profile_label(profile)}; "
-             f"{seeds_label(mine)}. Test error %, paper / ours (ours − paper); last {LAST_EPOCHS}: our mean "
-             f"over the last {LAST_EPOCHS} epochs (the paper reports the error after the last epoch).",
+             f"{seeds_label(mine)}. Test error %, paper / ours (ours − paper); last {k}: our mean "
+             f"over the last {k} epochs (the paper reports the error after the last epoch).",
              "", "| hidden | " + " | ".join(ROW_LABELS) + " |", "|---" * (len(ROW_LABELS) + 1) + "|"]
     for column in columns:
-        entries = [_cell_text(by_cell[(column, label)], cells.get(cell_key(by_cell[(column, label)])))
+        entries = [_cell_text(by_cell[(column, label)], cells.get(cell_key(by_cell[(column, label)])), f"last {k}")
                    for label in ROW_LABELS]
         lines.append(f"| {column} | " + " | ".join(entries) + " |")
     return "\n".join(lines)

@@ -414,7 +414,9 @@ def test_each_profile_is_shown_on_its_own_and_the_most_complete_run_fills_a_cell
     other = fake_result({"architecture": "400", "weights": "binary"}, 120, None, "paper", 0.5)
     key = ex.cell_key(row)
     assert ex.table_cells([row], [quick, other], "paper") == {}
-    assert ex.table_cells([row], [quick, partial, paper], "quick")[key].pooled == [quick]
+    quick_cells = ex.table_cells([row], [quick, partial, paper], "quick")
+    assert quick_cells[key].pooled == [quick]
+    assert "2.29 / 5.00 (+2.71); last 3: 5.00 |" in ex.render_table(2, rows, quick_cells, "quick")  # 3 epochs only
     cell = ex.table_cells([row], [quick, partial], "paper")[key]
     assert cell.pooled == [partial] and not cell.finished
     assert "2.29 / 4.00 (+1.71) · 2/120 ep" in ex.render_table(2, rows, {key: cell}, "paper")
