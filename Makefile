@@ -1,9 +1,11 @@
 # The README's two commands. Both create the virtual environment .venv on first use and reinstall it
 # whenever requirements.txt changes (the stamp file below is older than requirements.txt).
 #   make reproduce   set up, then run the main job: regenerate Tables 2-4 (quick profile; PROFILE=paper for the
-#                    paper's protocol) with scripts/run_tables.py, skipping finished runs, and render that
-#                    profile's runs with a copy of notebooks/tables.ipynb executed into
-#                    outputs/runs/$(PROFILE)/tables.ipynb (it writes outputs/runs/$(PROFILE)/tables.md)
+#                    paper's protocol; DATASET=fashion-mnist for the same runs on Fashion-MNIST) with
+#                    scripts/run_tables.py, skipping finished runs, and render that profile's runs with a copy of
+#                    notebooks/tables.ipynb executed into outputs/runs/$(RESULTS)/tables.ipynb (it writes
+#                    outputs/runs/$(PROFILE)/tables.md and, MNIST beside Fashion-MNIST,
+#                    outputs/runs/$(PROFILE)-fashion-mnist/tables.md)
 #   make test        set up, then run the whole test suite (pytest: tests/ and notebooks/ through nbval)
 # Also: make lab (JupyterLab on the notebooks), make demo (one short training run), make benchmark (fast engine
 # against the reference), make backprop (the scikit-learn baseline), make binary-benchmark (the bit-packed binary network against the float one),
@@ -23,12 +25,16 @@ THREADS_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=$${OP
                MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1}
 
 PROFILE ?= quick
+DATASET ?= mnist
+# The runs' folder under outputs/runs/, as ebp_experiments.results_folder names it: $(PROFILE) for MNIST (the
+# paper's data set), $(PROFILE)-$(DATASET) for another.
+RESULTS := $(PROFILE)$(if $(filter-out mnist,$(DATASET)),-$(DATASET))
 
 .PHONY: reproduce lab demo benchmark binary-benchmark backprop test test-portability venv clean-venv
 
 reproduce: $(STAMP)
-	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) $(RUN_ARGS)
-	$(THREADS_ENV) $(PYTHON) -m papermill notebooks/tables.ipynb outputs/runs/$(PROFILE)/tables.ipynb \
+	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) --dataset $(DATASET) $(RUN_ARGS)
+	$(THREADS_ENV) $(PYTHON) -m papermill notebooks/tables.ipynb outputs/runs/$(RESULTS)/tables.ipynb \
 		--cwd notebooks -p profile $(PROFILE) -p committed_only False
 
 demo: $(STAMP)

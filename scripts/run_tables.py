@@ -5,7 +5,8 @@ Every number of the paper's Tables 2, 3 and 4 is a row of scripts/paper_tables.c
 that reproduces it. EBP-P and EBP-D come from the same trained network, so the two rows share a run id and
 are produced by one run. This script executes the experiment notebook for a selection of runs and seeds, on
 local worker processes (or an existing Dask cluster), skipping runs already finished and resuming interrupted
-ones from their checkpoint. Results land in outputs/runs/<profile>/<run>/ (see outputs/README.md).
+ones from their checkpoint. Results land in outputs/runs/<profile>/<run>/ for MNIST, the paper's data set, and in
+outputs/runs/<profile>-<dataset>/<run>/ for another (--dataset fashion-mnist; see outputs/README.md).
 
 Examples (from the repository root; `python` is the project's interpreter, e.g. .venv/bin/python):
 
@@ -16,6 +17,7 @@ Examples (from the repository root; `python` is the project's interpreter, e.g. 
   python scripts/run_tables.py --all --profile paper       # the full protocol: 60,000 images, 120 epochs
   python scripts/run_tables.py --table 2 --seed 0 1 2      # three seeds (folders binary-200, binary-200-seed1, ...)
   python scripts/run_tables.py --table 4 --mask-reading held   # Table 4, masked weights held at h = 0 (-held)
+  python scripts/run_tables.py --all --profile paper --dataset fashion-mnist   # into outputs/runs/paper-fashion-mnist/
   python scripts/run_tables.py --all --list                # show what would run and each run's state
   python scripts/run_tables.py --all --profile paper --scheduler tcp://host:8786   # on a Dask cluster
 
@@ -39,8 +41,9 @@ result.json cannot be read: when the batch runs, the file is moved aside to <nam
 run restarts without it); inconsistent (result.json and checkpoint.npz disagree, e.g. an edited result: both are
 named and left alone, nothing is trained).
 
-Results: outputs/runs/<profile>/<run>[-seed<N>]/{experiment.ipynb, result.json, learning_curve.png} and, while a
-run is unfinished, checkpoint.npz (deleted once it finishes).
+Results: outputs/runs/<profile>[-<dataset>]/<run>[-seed<N>]/{experiment.ipynb, result.json, learning_curve.png}
+and, while a run is unfinished, checkpoint.npz (deleted once it finishes); -<dataset> only for data sets other than
+MNIST (e.g. paper-fashion-mnist), so the MNIST folders keep their names and two data sets never share a folder.
 
 Exit status: 0 when every selected run finished, was skipped, or is busy in another process (a run another
 runner is training is not a failure); 1 if a run failed or was left alone as inconsistent; 2 for a bad command
@@ -75,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="Table 4 only: the weights outside a spatial unit's block are absent (default) or "
                              "held at h = 0 as in the paper's full matrix (docs/maths.md, Spatial filtering); "
                              "held runs go to <run>-held/, e.g. binary-block13-held")
+    parser.add_argument("--dataset", choices=ex.DATASETS, default="mnist",
+                        help="train the same runs on this data set (default mnist, the paper's); another data set's "
+                             "runs go to outputs/runs/<profile>-<dataset>/, e.g. paper-fashion-mnist/binary-200")
     parser.add_argument("--jobs", type=int, default=None,
                         help="runs at once (default: the number of local cores; with --scheduler: all)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
@@ -83,8 +89,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "folder at the same paths")
     parser.add_argument("--runs-dir", type=Path, default=ex.RUNS_DIR, help="default: outputs/runs")
     parser.add_argument("--data-dir", type=Path,
-                        help="folder holding mnist/ (default: $EBP_DATA_DIR); it travels with every job, so "
-                             "Dask workers read the same folder")
+                        help="folder holding mnist/ and fashion-mnist/ (default: $EBP_DATA_DIR); it travels with "
+                             "every job, so Dask workers read the same folder")
     parser.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
                         help="print a progress line at least this often (default 30)")
     parser.add_argument("--list", action="store_true",
@@ -132,15 +138,15 @@ def main(argv=None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     jobs = ex.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed, args.data_dir,
-                        args.mask_reading)
+                        args.mask_reading, args.dataset)
     if args.list:
         list_jobs(jobs)
         return 0
     profile = ex.PROFILES[args.profile]
     print(f"profile {args.profile}: {profile['epochs']} epochs, {profile['n_train'] or ex.FULL_TRAIN:,} training "
-          f"images; seeds {', '.join(map(str, args.seed))}; dropout reading {args.dropout_reading}; mask reading "
-          f"{args.mask_reading}; results in "
-          f"{args.runs_dir / args.profile}")
+          f"images of {args.dataset}; seeds {', '.join(map(str, args.seed))}; dropout reading "
+          f"{args.dropout_reading}; mask reading {args.mask_reading}; results in "
+          f"{args.runs_dir / ex.results_folder(args.profile, args.dataset)}")
     try:
         outcomes = ex.run_batch(jobs, args.jobs, args.scheduler, args.progress_every)
     except OSError as err:  # e.g. no scheduler at that address

@@ -240,6 +240,77 @@ def test_held_mask_reading_is_for_table_4_and_gets_its_own_folders(rows, tmp_pat
     assert cli.parse_args(["--all"]).dropout_reading == "sampled"  # the reading Table 3 shows first
 
 
+def test_a_data_set_gets_its_own_folder_and_mnist_keeps_the_old_ones(rows, tmp_path, capsys):
+    """--dataset fashion-mnist trains the same runs (names, seeds, readings) on Fashion-MNIST, in
+    <profile>-fashion-mnist/; MNIST, the default, keeps <profile>/ (the committed results); a data set the
+    experiments do not know is refused, naming the known ones."""
+    table = ex.select_rows(rows, tables=[2, 3], columns=["200"], weights=["binary"])
+    mnist = ex.make_jobs(table, "paper", "sampled", tmp_path, seeds=[0, 1])
+    assert ex.make_jobs(table, "paper", "sampled", tmp_path, seeds=[0, 1], dataset="mnist") == mnist
+    fashion = ex.make_jobs(table, "paper", "sampled", tmp_path, seeds=[0, 1], dataset="fashion-mnist")
+    assert [j["key"] for j in fashion] == [j["key"] for j in mnist] == [
+        "binary-200", "binary-200-seed1", "binary-200-dropout-sampled", "binary-200-dropout-sampled-seed1"]
+    assert Path(mnist[0]["output_dir"]) == (tmp_path / "paper" / "binary-200").resolve()
+    assert Path(fashion[3]["output_dir"]) == (tmp_path / "paper-fashion-mnist" / "binary-200-dropout-sampled-seed1"
+                                             ).resolve()
+    assert {j["dataset"] for j in fashion} == {j["parameters"]["dataset"] for j in fashion} == {"fashion-mnist"}
+    assert ex.run_config(fashion[0]["parameters"])["dataset"] == "fashion-mnist"  # a checkpoint records it
+    notebook_dir = Path(fashion[0]["notebook"]).parent
+    assert (notebook_dir / fashion[0]["parameters"]["output_dir"]).resolve() == Path(fashion[0]["output_dir"])
+    held = ex.make_jobs(ex.select_rows(rows, tables=[4], columns=["144"], weights=["real"]), TINY, runs_dir=tmp_path,
+                        mask_reading="held", dataset="fashion-mnist")
+    assert Path(held[0]["output_dir"]) == (tmp_path / "tiny-fashion-mnist" / "real-block17-held").resolve()
+    with pytest.raises(ValueError, match="unknown data set 'cifar'; choose one of mnist, fashion-mnist"):
+        ex.make_jobs(table, "paper", dataset="cifar")
+    assert [ex.split_results_folder(ex.results_folder(p, d)) for p, d in
+            [("paper", "mnist"), ("paper", "fashion-mnist"), ("tiny", "fashion-mnist")]] == [
+        ("paper", "mnist"), ("paper", "fashion-mnist"), ("tiny", "fashion-mnist")]
+    assert ex.split_results_folder("fashion-mnist") == ("fashion-mnist", "mnist")  # no profile: not a suffix
+
+    assert cli.parse_args(["--all"]).dataset == "mnist"
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--all", "--dataset", "cifar"])
+    assert cli.main(["--table", "4", "--weights", "binary", "--list", "--dataset", "fashion-mnist", "--runs-dir",
+                     str(tmp_path)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == 7 and all(" new " in line for line in listed)
+
+
+def _fake_checkpoint(job, dataset):
+    """A one-epoch checkpoint of `job`'s network, recording `dataset` in its run configuration (as ebp_lib.fit
+    writes it), without training."""
+    import numpy as np
+
+    params = {**job["parameters"], "dataset": dataset}
+    net = ebp_lib.init_network(ex.architecture_layers(params["architecture"]), params["weights"], params["seed"])
+    run = {"seed": params["seed"], "batch_size": params["batch_size"], **ex.run_config(params)}
+    history = [{"epoch": 1, "test_ebp_p": 0.2, "test_ebp_d": 0.2}]
+    ebp_lib.save_network(Path(job["output_dir"]) / ex.CHECKPOINT_FILE, net, run=run, history=history,
+                         rng_state=np.random.default_rng(0).bit_generator.state)
+
+
+def test_a_run_of_one_data_set_is_never_a_finished_run_of_the_other(rows, tmp_path):
+    """A finished Fashion-MNIST result finishes its own run only: the MNIST run of the same name stays new; copied
+    into the MNIST folder it is stale (retrained), never skipped as finished; a Fashion-MNIST checkpoint in the
+    MNIST folder makes the run inconsistent (left alone), naming both data sets."""
+    table = ex.select_rows(rows, run_ids=["binary-200"])
+    mnist = ex.make_jobs(table, TINY, runs_dir=tmp_path)[0]
+    fashion = ex.make_jobs(table, TINY, runs_dir=tmp_path, dataset="fashion-mnist")[0]
+    result = fake_result(fashion["parameters"], TINY["epochs"], TINY["n_train"], "tiny", 0.15,
+                         dataset="fashion-mnist")
+    Path(fashion["output_dir"]).mkdir(parents=True)
+    (Path(fashion["output_dir"]) / ex.RESULT_FILE).write_text(json.dumps(result))
+    assert ex.job_state(fashion).state == "finished" and ex.job_state(mnist).state == "new"
+    Path(mnist["output_dir"]).mkdir(parents=True)
+    (Path(mnist["output_dir"]) / ex.RESULT_FILE).write_text(json.dumps(result))
+    assert ex.job_state(mnist).state == "stale"
+    (Path(mnist["output_dir"]) / ex.RESULT_FILE).unlink()
+    _fake_checkpoint(mnist, "fashion-mnist")
+    state = ex.job_state(mnist)
+    assert state.state == "inconsistent"
+    assert "dataset: checkpoint 'fashion-mnist', these parameters 'mnist'" in state.problems
+
+
 def test_a_result_written_before_mask_readings_is_still_finished(rows, tmp_path):
     """The committed results have no mask_reading parameter: the runner must skip them as finished (the
     default reading), not retrain them as stale."""
@@ -631,3 +702,89 @@ def test_coverage_counts_finished_running_and_missing_runs(rows):
     line = ex.coverage(rows, cells, 2, " (x)")
     assert line == ("Table 2 (x): 1 of 18 runs finished, in progress: real-400 7/120 ep, 16 not run; ours − paper "
                     "over 1 cells: mean -0.10, from -0.10 to -0.10 points"), line
+
+
+# ----------------------------------------------------------------------------------------------------------
+# MNIST beside Fashion-MNIST (the tables notebook's Fashion-MNIST part)
+# ----------------------------------------------------------------------------------------------------------
+
+def test_results_are_read_back_per_data_set_and_a_misplaced_one_is_an_error(rows, tmp_path):
+    """load_results gives a Fashion-MNIST run its profile (the folder less -fashion-mnist); results_of keeps one
+    profile and data set; an EBP result in the folder of another data set stops the reading, naming the file and
+    where it belongs."""
+    row = cell_row(rows, 2, "B-EBP-P", "200")
+    write_result(tmp_path, "binary-200", fake_result(row, 120, None, "paper", 0.03))
+    fashion = fake_result(row, 120, None, "paper-fashion-mnist", 0.12, dataset="fashion-mnist")
+    write_result(tmp_path, "binary-200", fashion)
+    results = ex.load_results(tmp_path)
+    assert [(r["profile"], r["run_dir"]) for r in results] == [("paper", "paper-fashion-mnist/binary-200"),
+                                                              ("paper", "paper/binary-200")]  # sorted by path
+    assert [r["final"]["test_ebp_p"] for r in ex.results_of(results, "paper", "fashion-mnist")] == [0.12]
+    assert [r["final"]["test_ebp_p"] for r in ex.results_of(results, "paper")] == [0.03]
+    write_result(tmp_path, "real-200", {**fashion, "profile": "paper"})  # a Fashion-MNIST run in paper/
+    with pytest.raises(ValueError, match=r"paper/real-200/result.json was trained on fashion-mnist but lies in "
+                                         r"paper/, the folder of mnist runs; move its run folder to "
+                                         r"paper-fashion-mnist/"):
+        ex.load_results(tmp_path)
+
+
+def test_fashion_mnist_tables_beside_mnist_with_missing_runs(rows):
+    """The rows of another data set have no paper number; each data set's results fill only its own cells; the
+    side-by-side table shows 'MNIST / Fashion-MNIST (difference)', 'not run yet' where a run is missing and the
+    epochs of a run in progress; coverage counts runs without comparing to the paper."""
+    fashion_rows = ex.dataset_rows(rows, "fashion-mnist")
+    assert {r["dataset"] for r in fashion_rows} == {"fashion-mnist"} and all(
+        r["paper_error"] is None for r in fashion_rows)
+    assert ex.dataset_rows(rows, "mnist") == rows
+    row = cell_row(rows, 2, "B-EBP-P", "200")
+    results = [fake_result(row, 120, None, "paper", 0.0324),
+               fake_result(row, 120, None, "paper", 0.1250, dataset="fashion-mnist"),
+               fake_result(cell_row(rows, 2, "R-EBP-P", "400"), 30, None, "paper", 0.11, epochs=120,
+                           dataset="fashion-mnist")]
+    mnist, fashion = ex.table_cells(rows, results), ex.table_cells(fashion_rows, results)
+    assert [round(c.mean, 2) for c in mnist.values()] == [3.24, 3.24]  # EBP-P and EBP-D of the MNIST run only
+    assert sorted(round(c.mean, 2) for c in fashion.values()) == [11.0, 11.0, 12.5, 12.5]
+    table = ex.render_dataset_table(2, rows, {"mnist": mnist, "fashion-mnist": fashion}, "paper")
+    assert table.startswith("**Table 2: 1D input, no dropout** — profile paper (120 epochs on all 60,000 "
+                            "training images, batch 10); MNIST: seed 0 (one run per cell); Fashion-MNIST: seed 0 "
+                            "(one run per cell). Test error % after the last epoch, MNIST / Fashion-MNIST "
+                            "(Fashion-MNIST − MNIST)."), table
+    assert "| 200 | 3.24 / 12.50 (+9.26) | 3.24 / 12.50 (+9.26) | not run yet / not run yet |" in table
+    assert "| 400 | not run yet / not run yet | not run yet / not run yet | not run yet / 11.00 · 30/120 ep |" in table
+    assert "3.46" not in table  # no paper number
+    empty = ex.render_dataset_table(4, rows, {"mnist": {}, "fashion-mnist": {}}, "paper", mask_reading="absent")
+    assert "MNIST: no runs yet; Fashion-MNIST: no runs yet" in empty and empty.count("not run yet / not run yet") == 28
+    assert ex.coverage(fashion_rows, fashion, 2) == ("Table 2: 1 of 18 runs finished, in progress: real-400 "
+                                                     "30/120 ep, 16 not run")
+
+
+def test_findings_are_judged_on_fashion_mnist_with_its_own_bar(rows):
+    """The same findings and rule on each data set, with the data set's "works well" bar (5% MNIST, 15%
+    Fashion-MNIST); with no Fashion-MNIST run finished every verdict there is 'not run yet'; the details of another
+    data set have no paper column."""
+    assert ex.paper_findings()[0].title.startswith("(1) BMNNs trained by EBP work well (best B-EBP-P below 5%)")
+    fashion_findings = ex.paper_findings("fashion-mnist")
+    assert fashion_findings[1].comparisons[0] == ex.Comparison("Table 2: B-EBP-P 200 < 15%",
+                                                               ((2, "B-EBP-P", "200"),), 15.0)
+    assert [f.comparisons[1:] for f in fashion_findings[2:]] == [f.comparisons[1:] for f in ex.paper_findings()[2:]]
+    with pytest.raises(ValueError, match="unknown data set 'cifar'"):
+        ex.paper_findings("cifar")
+    summary = ex.findings_by_dataset({"mnist": paper_as_ours(rows), "fashion-mnist": {}}).splitlines()
+    assert summary[0] == ("| finding | every/most | ours, MNIST (works well: < 5%) | ours, Fashion-MNIST (works "
+                          "well: < 15%) |") and len(summary) == 2 + 12
+    assert all(line.endswith("| **not run yet** |") for line in summary[2:])
+    assert summary[2].endswith("| **inconclusive (5 ✓, 0 ✗, 1 ~ of 6)** | **not run yet** |"), summary[2]
+    fashion_rows = ex.dataset_rows(rows, "fashion-mnist")
+    b200 = cell_row(fashion_rows, 2, "B-EBP-P", "200")
+    fashion = {ex.cell_key(b200): ex.Cell(b200, [fake_result(b200, 120, None, "paper", 0.125,
+                                                             dataset="fashion-mnist")])}
+    judged = ex.verdict(fashion_findings[1], ex.our_values(fashion))
+    assert judged["counts"] == {"supports": 1, "contradicts": 0, "within tolerance": 0, "not run yet": 1}
+    details = ex.finding_details(fashion_findings[1], fashion_rows, {"Fashion-MNIST": fashion})
+    assert "| comparison | ours |" in details and "| Table 2: B-EBP-P 200 < 15% | ✓ +2.50 (tol 0.66) |" in details
+    assert "| Table 3: B-EBP-P 200 < 15% | · not run yet |" in details  # a short list shows every line
+    d200 = cell_row(fashion_rows, 2, "B-EBP-D", "200")  # the same run's EBP-D output
+    fashion[ex.cell_key(d200)] = ex.Cell(d200, fashion[ex.cell_key(b200)].pooled)
+    long = ex.finding_details(fashion_findings[10], fashion_rows, {"Fashion-MNIST": fashion}).splitlines()
+    assert long[-2:] == ["| Table 2 200: B-EBP-P < B-EBP-D | ~ +0.00 (tol 0.94) |",
+                         "| 49 comparisons not run yet | · |"], long  # a partial grid's unrun comparisons, counted
