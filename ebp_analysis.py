@@ -1,7 +1,9 @@
 """Helpers the notebooks call to look at trained networks, so that their cells stay a few lines long: learning
 curves (notebooks 05, 07), the class probabilities and calibration of EBP-P and a rescaled posterior
 (notebook 06), receptive fields, their outlines, weight images of locally connected layers and occlusion maps
-(notebook 08).
+(notebook 08), and readings of a trained net that take EBP-D apart: the authors' EBP-D transcribed, the
+deterministic net with mean weights, EBP-P with some hidden layers rounded, votes of sampled nets, and the
+uncertainty of weights and hidden units (notebook 06, scripts/ebp_d_gap.py).
 
 They are analysis, not the algorithm (ebp_lib) and not a check of it (ebp_checks).
 """
@@ -12,7 +14,8 @@ import copy
 import numpy as np
 from scipy import special
 
-from ebp_lib import DEFAULT_ENGINE, Dataset, Network, check_training, evaluate, train_steps, weight_moments
+from ebp_lib import (DEFAULT_ENGINE, Dataset, Network, check_training, evaluate, forward, layer_moments, train_steps,
+                     weight_moments)
 
 
 def learning_curve(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,
@@ -150,3 +153,133 @@ def occlusion_map(score, x: np.ndarray, side: int, patch: int, fill=0.0) -> np.n
         total[a:a + patch, c:c + patch] += d
         count[a:a + patch, c:c + patch] += 1
     return total / count
+
+
+# ----------------------------------------------------------------------------------------------------------
+# EBP-D against EBP-P in nets with two hidden layers (issue 14 item 5; scripts/ebp_d_gap.py,
+# outputs/ablations/ebp-d-gap/). Each function reads a trained network one way; none changes it.
+# ----------------------------------------------------------------------------------------------------------
+
+def _hard_sign(u: np.ndarray) -> np.ndarray:
+    """±1 with +1 at 0 (ebp_lib.output_ebp_d's convention)."""
+    return np.where(u >= 0, 1.0, -1.0).astype(u.dtype)
+
+
+def _no_dropout(net: Network, name: str) -> None:
+    if net.dropout is not None:
+        raise ValueError(f"{name} reads networks without dropout; this one has dropout={net.dropout!r}")
+
+
+def ebp_d_authors(net: Network, x: np.ndarray) -> np.ndarray:
+    """EBP-D transcribed from the authors' Binary_EBP_minibatch.m: v = sign(sign(h) v + b) for every hidden
+    layer, with MATLAB's sign (0 at 0, also for h = 0), and the output sign(h) v + b; real weights put h where
+    the binary code has sign(h) (the paper's W = h). No √N anywhere: it would scale all of a layer's inputs
+    alike. ebp_lib.output_ebp_d can differ from it only where a hidden pre-activation is exactly 0 (+1 there)."""
+    _no_dropout(net, "ebp_d_authors")
+    v = x
+    for k, layer in enumerate(net.layers):
+        w = np.sign(layer.h) if net.weights == "binary" else layer.h
+        u = v @ w.T + layer.b
+        v = u if k == len(net.layers) - 1 else np.sign(u)
+    return v
+
+
+def mean_weight_ebp_d(net: Network, x: np.ndarray) -> np.ndarray:
+    """The deterministic sign network with every weight at its posterior mean ⟨W⟩ (tanh h for binary weights,
+    h for real ones) instead of its most probable value sign(h): hidden units sign(⟨W⟩ v + b) (+1 at 0), a linear
+    output layer. For real weights it is output_ebp_d itself; its first hidden layer is sign(μ_1) = sign(ν_1) of
+    EBP-P. Against output_ebp_d it measures what rounding the binary weights costs, against EBP-P what rounding
+    the hidden units costs."""
+    _no_dropout(net, "mean_weight_ebp_d")
+    v = x
+    for k, layer in enumerate(net.layers):
+        m, _ = weight_moments(layer, net.weights)
+        u = v @ m.T + layer.b
+        v = u if k == len(net.layers) - 1 else _hard_sign(u)
+    return v
+
+
+def partly_hard_outputs(net: Network, x: np.ndarray, hard=()) -> np.ndarray:
+    """ν_L of EBP-P's forward pass (ebp_lib.forward) in which every hidden layer listed in `hard` (1-based)
+    passes on sign(μ_l) (+1 at 0: a certain ±1 unit, ⟨v⟩² = ⟨v²⟩ = 1) instead of its mean ν_l. hard=() is
+    EBP-P; hard = every hidden layer rounds all hidden units but keeps the weights' posterior (means and
+    variances) and EBP-P's output; the layers in between say which layer's rounding costs what."""
+    _no_dropout(net, "partly_hard_outputs")
+    hard = set(hard)
+    if not hard <= set(range(1, len(net.layers))):
+        raise ValueError(f"hard={sorted(hard)}: hidden layers are numbered 1..{len(net.layers) - 1}")
+    nu, v2, nu2 = x, x * x, x * x
+    for k, layer in enumerate(net.layers, start=1):
+        mu, sigma2, _ = layer_moments(layer, net.weights, nu, v2, nu2)
+        nu = _hard_sign(mu) if k in hard else special.erf(mu / np.sqrt(2.0 * sigma2))
+        v2, nu2 = None, nu * nu
+    return nu
+
+
+def hidden_sign_disagreement(net: Network, x: np.ndarray) -> list[float]:
+    """Per hidden layer, the fraction of (image, unit) pairs whose EBP-D unit (ebp_lib.output_ebp_d's rule)
+    differs from sign(ν_l) of EBP-P's forward pass on the same image (+1 at 0 in both). For real weights it is
+    0 in layer 1 (W = h makes sign(h x + b) = sign(μ_1)); in deeper layers it includes what layers below
+    carried up."""
+    _no_dropout(net, "hidden_sign_disagreement")
+    nus = forward(net, x).nu[:-1]
+    out, v = [], x
+    for layer, nu in zip(net.layers[:-1], nus):
+        w = np.sign(layer.h) if net.weights == "binary" else layer.h
+        v = _hard_sign(v @ w.T + layer.b)
+        out.append(float(np.mean(v != _hard_sign(nu))))
+    return out
+
+
+def hidden_unit_certainty(net: Network, x: np.ndarray, threshold: float = 0.5) -> list[dict]:
+    """Per hidden layer of EBP-P's forward pass: the mean |ν_l| over images and units, and the share of
+    (image, unit) pairs with |ν_l| < threshold (units close to a coin flip, where EBP-D's rounding to ±1
+    throws most away)."""
+    return [{"mean_abs_nu": float(np.abs(nu).mean()), "share_below": float(np.mean(np.abs(nu) < threshold))}
+            for nu in forward(net, x).nu[:-1]]
+
+
+def sign_flip_probability(h: np.ndarray, weights: str) -> np.ndarray:
+    """P(a weight drawn from its posterior has the sign opposite to sign(h)), elementwise: (1 − tanh|h|)/2 for
+    binary weights, Φ(−|h|) for real ones (W ~ N(h, 1)); 1/2 at h = 0, falling to 0 as |h| grows."""
+    h = np.abs(np.asarray(h, dtype=float))
+    return 0.5 * (1.0 - np.tanh(h)) if weights == "binary" else special.ndtr(-h)
+
+
+def uncertain_weight_share(net: Network, p: float = 0.25) -> list[float]:
+    """Per layer, the share of (connected) weights whose sign_flip_probability exceeds p: p = 0.25 is
+    |h| < artanh(1/2) = 0.55 for binary weights, |h| < 0.67 for real ones."""
+    out = []
+    for layer in net.layers:
+        flip = sign_flip_probability(layer.h, net.weights)
+        out.append(float(np.mean(flip[layer.mask] > p) if layer.mask is not None else np.mean(flip > p)))
+    return out
+
+
+def sampled_network_predictions(net: Network, x: np.ndarray, rng, n_samples: int,
+                                bias_noise: bool = False) -> np.ndarray:
+    """Classes (n_samples, B) predicted by networks drawn from the posterior (every weight by
+    ebp_checks.sample_weights), each read with EBP-D's rule: sign hidden units (+1 at 0), a linear output layer,
+    argmax. bias_noise adds the bias's unit-variance noise N(0, 1) to every unit (EBP's model, as in
+    ebp_checks.monte_carlo_outputs); without it the bias is b, as in EBP-D. One row is one sampled net; vote()
+    of all rows is the Monte Carlo majority of the stochastic net."""
+    from ebp_checks import sample_weights
+
+    _no_dropout(net, "sampled_network_predictions")
+    out = np.empty((n_samples, len(x)), dtype=np.int64)
+    for s in range(n_samples):
+        v = x
+        for k, layer in enumerate(net.layers):
+            u = v @ sample_weights(layer, net.weights, rng, 1)[0].T + layer.b
+            if bias_noise:
+                u = u + rng.standard_normal(len(layer.b))
+            v = u if k == len(net.layers) - 1 else _hard_sign(u)
+        out[s] = v.argmax(axis=1)
+    return out
+
+
+def vote(predictions: np.ndarray, n_classes: int = 10) -> np.ndarray:
+    """The majority class of every column of `predictions` (n_voters, B); a tie goes to the smallest class."""
+    predictions = np.asarray(predictions)
+    counts = np.stack([(predictions == c).sum(axis=0) for c in range(n_classes)], axis=1)
+    return counts.argmax(axis=1)
