@@ -283,3 +283,55 @@ def vote(predictions: np.ndarray, n_classes: int = 10) -> np.ndarray:
     predictions = np.asarray(predictions)
     counts = np.stack([(predictions == c).sum(axis=0) for c in range(n_classes)], axis=1)
     return counts.argmax(axis=1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The authors' training loop (Binary_EBP_minibatch.m) where it differs from ebp_lib's (issue 14 item 5;
+# scripts/ebp_d_gap.py --loop): overlapping minibatches of batch_size + 1 images, and a ⟨W⟩ one step stale.
+# ----------------------------------------------------------------------------------------------------------
+
+from ebp_lib import Layer, backward, update  # noqa: E402  (this section was appended; the imports above stay as they were)
+
+def overlapping_minibatches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """The authors' minibatches over the images `order`: `for tt=1:batch_size:T; batch_size=min(batch_size,T-tt);
+    batch_ind=tt:(tt+batch_size)`, i.e. order[s : s + batch_size + 1] for s = 0, batch_size, 2 batch_size, ...:
+    batch_size + 1 images each, consecutive minibatches sharing one image (the last of one is the first of the
+    next), and the last clipped at the end of `order` (for 60,000 images and batch_size 10: 5,999 windows of 11
+    and a last one of 10). A window of one image (s = T − 1) is kept, as the MATLAB loop keeps it."""
+    order = np.asarray(order)
+    return [order[s:s + batch_size + 1] for s in range(0, len(order), batch_size)]
+
+
+def _with_weights(net: Network, hs: list[np.ndarray]) -> Network:
+    """A network that shares `net`'s biases, masks and settings but has the natural parameters / means `hs`."""
+    layers = [Layer(h, layer.b, layer.mask, layer.held) for layer, h in zip(net.layers, hs)]
+    return Network(layers, net.weights, net.architecture, net.input_side, net.dropout, net.keep, net.mask_reading)
+
+
+def stale_mean_train_step(net: Network, x: np.ndarray, y: np.ndarray, stale_h: list[np.ndarray], rng=None,
+                          step=None) -> list[np.ndarray]:
+    """One EBP step (ebp_lib's reference forward, backward, update) whose forward and backward passes see the
+    weights' posterior of `stale_h` (one array per layer) instead of the current h, in place on `net`:
+
+        μ, σ² and Δ from ⟨W⟩, ⟨W²⟩ of stale_h and the current b;   h += Σ_batch Δ ν_prev'/√N;   b += Σ_batch Δ/√N
+
+    The increment is added to the current h. Returns the h of every layer as it was before this step (copies):
+    passed as the next step's stale_h it gives the authors' lag (Binary_EBP_minibatch.m refreshes tanh_h_cell from
+    h before adding the update, so step t uses tanh h from before step t − 1). stale_h equal to the current h is
+    ebp_lib.train_step(engine="reference") exactly."""
+    before = [layer.h.copy() for layer in net.layers]
+    seen = _with_weights(net, stale_h)
+    fwd = forward(seen, x, train=True, rng=rng)
+    update(net, fwd, backward(seen, fwd, y, step))
+    return before
+
+
+def train_authors_loop(net: Network, x: np.ndarray, y: np.ndarray, minibatches, lag: bool = True, rng=None) -> None:
+    """EBP steps on x[idx], y[idx] for idx in `minibatches` (e.g. overlapping_minibatches of one epoch's order), in
+    place, with the reference engine (the net's dtype). lag=True: the authors' stale ⟨W⟩ (stale_mean_train_step);
+    the first two steps both see the h the call starts from, as in one call of Binary_EBP_minibatch.m (one call per
+    epoch restarts the lag). lag=False: ebp_lib.train_step on every minibatch."""
+    stale = [layer.h.copy() for layer in net.layers]
+    for k, idx in enumerate(minibatches):
+        seen = stale if lag else [layer.h for layer in net.layers]
+        stale = stale_mean_train_step(net, x[idx], y[idx], seen, rng, step=k)

@@ -166,3 +166,102 @@ def test_sampled_network_predictions():
 def test_vote_majority_and_ties():
     predictions = np.array([[1, 2, 2, 0], [1, 0, 3, 1], [2, 0, 3, 2]])
     np.testing.assert_array_equal(analysis.vote(predictions, 4), [1, 0, 3, 0])  # last column: a 3-way tie -> 0
+
+
+# The authors' training loop (Binary_EBP_minibatch.m): overlapping minibatches and a one-step-stale ⟨W⟩.
+
+def test_overlapping_minibatches_follow_the_matlab_loop():
+    """for tt=1:10:T; batch_size=min(batch_size,T-tt); batch_ind=tt:(tt+batch_size): 11 images, one shared with
+    the next window, the last clipped (T = 25: 21:25, five images; T = 21: the single image 21)."""
+    order = np.arange(100, 125)
+    windows = analysis.overlapping_minibatches(order, 10)
+    assert [w.tolist() for w in windows] == [list(range(100, 111)), list(range(110, 121)), list(range(120, 125))]
+    assert [w.tolist() for w in analysis.overlapping_minibatches(np.arange(21), 10)] == [
+        list(range(0, 11)), list(range(10, 21)), [20]]
+    sixty = analysis.overlapping_minibatches(np.random.default_rng(0).permutation(60000), 10)
+    assert len(sixty) == 6000 and {len(w) for w in sixty[:-1]} == {11} and len(sixty[-1]) == 10
+    assert all(a[-1] == b[0] for a, b in zip(sixty[:-1], sixty[1:]))
+
+
+@pytest.mark.parametrize("weights", ["binary", "real"])
+def test_authors_loop_without_lag_is_ebp_lib_reference_step(weights):
+    """lag=False, and a stale h equal to the current one, are ebp_lib.train_step(engine="reference") exactly."""
+    x, y = images(40), ebp.one_vs_all(np.random.default_rng(2).integers(0, 3, 40), 3)
+    batches = analysis.overlapping_minibatches(np.random.default_rng(3).permutation(40), 4)
+    ours, theirs = small_net(weights, scale=1.0), small_net(weights, scale=1.0)
+    analysis.train_authors_loop(ours, x, y, batches, lag=False)
+    for idx in batches:
+        ebp.train_step(theirs, x[idx], y[idx], engine="reference")
+    for a, b in zip(ours.layers, theirs.layers):
+        np.testing.assert_array_equal(a.h, b.h)
+        np.testing.assert_array_equal(a.b, b.b)
+    net, ref = small_net(weights), small_net(weights)
+    before = analysis.stale_mean_train_step(net, x[:5], y[:5], [layer.h.copy() for layer in net.layers])
+    ebp.train_step(ref, x[:5], y[:5], engine="reference")
+    for a, b in zip(net.layers, ref.layers):
+        np.testing.assert_array_equal(a.h, b.h)
+        np.testing.assert_array_equal(a.b, b.b)
+    for h_before, layer in zip(before, small_net(weights).layers):
+        np.testing.assert_array_equal(h_before, layer.h)
+
+
+def hand_step(weights, hs, h, b, x, y):
+    """One EBP step of a 1-1-1 net (one input, one hidden unit, one output; N = 2 in both layers) by hand, its
+    means and variances from the stale hs = (hs1, hs2), the update added to h = (h1, h2); returns new h, b."""
+    from scipy import stats
+
+    mean = np.tanh if weights == "binary" else (lambda v: v)
+    second = (lambda v: 1.0) if weights == "binary" else (lambda v: v * v + 1.0)
+    m1, m2 = mean(hs[0]), mean(hs[1])
+    mu1 = (m1 * x + b[0]) / np.sqrt(2)
+    s1 = (second(hs[0]) * x * x - m1 * m1 * x * x + 1.0) / 2
+    nu1 = 2 * stats.norm.cdf(mu1 / np.sqrt(s1)) - 1
+    mu2 = (m2 * nu1 + b[1]) / np.sqrt(2)
+    s2 = (second(hs[1]) * 1.0 - m2 * m2 * nu1 * nu1 + 1.0) / 2
+    d2 = y * stats.norm.pdf(0, mu2, np.sqrt(s2)) / stats.norm.cdf(y * mu2 / np.sqrt(s2))
+    d1 = 2 * stats.norm.pdf(0, mu1, np.sqrt(s1)) * m2 * d2 / np.sqrt(2)
+    return (h[0] + d1 * x / np.sqrt(2), h[1] + d2 * nu1 / np.sqrt(2)), (b[0] + d1 / np.sqrt(2), b[1] + d2 / np.sqrt(2))
+
+
+@pytest.mark.parametrize("weights", ["binary", "real"])
+def test_lagged_loop_by_hand(weights):
+    """Three steps of a 1-1-1 net: steps 1 and 2 see the starting h, step 3 the h after step 1 (tanh_h_cell is
+    refreshed from h before the update); the bias is never stale. Without the lag the result differs."""
+    h0, b0 = (0.7, -1.3), (0.2, -0.4)
+    xs, ys = [1.5, -0.8, 2.0], [1.0, -1.0, 1.0]
+    net = ebp.init_network([1, 1], weights, seed=0, input_side=1)
+    for layer, h, b in zip(net.layers, h0, b0):
+        layer.h[:], layer.b[:] = h, b
+    plain = ebp.init_network([1, 1], weights, seed=0, input_side=1)
+    for layer, h, b in zip(plain.layers, h0, b0):
+        layer.h[:], layer.b[:] = h, b
+    x, y = np.array(xs)[:, None], np.array(ys)[:, None]
+    analysis.train_authors_loop(net, x, y, [[0], [1], [2]], lag=True)
+    analysis.train_authors_loop(plain, x, y, [[0], [1], [2]], lag=False)
+    h1, b1 = hand_step(weights, h0, h0, b0, xs[0], ys[0])
+    h2, b2 = hand_step(weights, h0, h1, b1, xs[1], ys[1])   # stale: still h0
+    h3, b3 = hand_step(weights, h1, h2, b2, xs[2], ys[2])   # stale: h after step 1
+    np.testing.assert_allclose([net.layers[0].h[0, 0], net.layers[1].h[0, 0]], h3, rtol=1e-12)
+    np.testing.assert_allclose([net.layers[0].b[0], net.layers[1].b[0]], b3, rtol=1e-12)
+    p1, q1 = hand_step(weights, h0, h0, b0, xs[0], ys[0])
+    p2, q2 = hand_step(weights, p1, p1, q1, xs[1], ys[1])
+    p3, q3 = hand_step(weights, p2, p2, q2, xs[2], ys[2])
+    np.testing.assert_allclose([plain.layers[0].h[0, 0], plain.layers[1].h[0, 0]], p3, rtol=1e-12)
+    assert abs(h3[0] - p3[0]) > 1e-4 and abs(h3[1] - p3[1]) > 1e-4
+
+
+@pytest.mark.parametrize("weights", ["binary", "real"])
+def test_fast_engine_on_overlapping_windows_takes_one_step_per_window(weights):
+    """ebp_lib.train_steps (fast engine, float32) over the concatenated windows with batch_size 11 is the
+    reference step on every window (float32 agreement); batch_size 10 over the same order is not."""
+    x, y = images(45), ebp.one_vs_all(np.random.default_rng(4).integers(0, 3, 45), 3)
+    windows = analysis.overlapping_minibatches(np.random.default_rng(5).permutation(45), 10)
+    assert [len(w) for w in windows] == [11, 11, 11, 11, 5]
+    ref, fast, wrong = (small_net(weights, scale=1.0) for _ in range(3))
+    analysis.train_authors_loop(ref, x, y, windows, lag=False)
+    ebp.train_steps(fast, x, y, np.concatenate(windows), 11, None, engine="fast")
+    ebp.train_steps(wrong, x, y, np.concatenate(windows), 10, None, engine="fast")
+    for a, b, c in zip(ref.layers, fast.layers, wrong.layers):
+        np.testing.assert_allclose(b.h, a.h, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(b.b, a.b, rtol=1e-4, atol=1e-5)
+    assert max(np.abs(c.h - a.h).max() for a, c in zip(ref.layers, wrong.layers)) > 1e-3
