@@ -15,6 +15,8 @@ the code version, and README.md shows the tables.
   python scripts/ebp_d_gap.py            # every run (about 25 minutes on one core), then result.json, README.md
   python scripts/ebp_d_gap.py --report   # only rebuild result.json and README.md from the run records
   python scripts/ebp_d_gap.py --quick    # a smoke test: 2,000 images, 1 epoch, into .cache/ebp-d-gap-quick
+  python scripts/ebp_d_gap.py --loop     # the authors' training loop (overlapping 11-image minibatches, a ⟨W⟩ one
+                                         # step stale) against ours: runs-loop/<run>.json (about 30 min of one core)
 """
 from __future__ import annotations
 
@@ -236,6 +238,8 @@ def readme(result: dict) -> str:
                       f"{c['last10_mean']['ebp_d']:.2f}% (paper, 120 epochs: {g['paper_120_epochs']['ebp_p']} / "
                       f"{g['paper_120_epochs']['ebp_d']})."]
         lines.append("")
+    if result.get("authors_loop"):
+        lines += [loop_readme(result["authors_loop"]), ""]
     lines += [TEXT_TAIL, "", f"Code: commit {result['machine']['git_commit']} (dirty: {result['machine']['git_dirty']}); "
               f"{result['machine']['cpu_model']}; the runs took {result['total_seconds'] / 60:.0f} min of wall time "
               "on a shared two-core machine (other training jobs running)."]
@@ -307,18 +311,222 @@ TEXT_TAIL = """## Conclusions
    keep)."""
 
 
+# ----------------------------------------------------------------------------------------------------------
+# The authors' training loop (Binary_EBP_minibatch.m) against ours: --loop
+# ----------------------------------------------------------------------------------------------------------
+# variant: (overlapping minibatches order[s : s + 11] for s = 0, 10, 20, ..., ⟨W⟩ one step stale, engine). "ours" is
+# the baseline: the runs above (runs/real-200-200-init1-seed*.json, fast engine), not rerun. The stale ⟨W⟩ needs the
+# reference engine (ebp_analysis.train_authors_loop, float64 numpy, ~25 s an epoch on the shared machine against ~4 s
+# for the fast one), so its runs stop after 5 epochs, and "ours-reference" (our loop on the reference engine) shows
+# what the change of engine alone does.
+LOOP_VARIANTS = {
+    "ours": (False, False, "fast"),
+    "overlap": (True, False, "fast"),
+    "lag": (False, True, "reference"),
+    "overlap-lag": (True, True, "reference"),
+    "ours-reference": (False, False, "reference"),
+}
+LOOP_LABELS = {"ours": "ours (fast engine; the runs above)", "overlap": "(a) overlapping 11-image minibatches (fast)",
+               "lag": "(b) ⟨W⟩ one step stale (reference)", "overlap-lag": "(c) both (reference)",
+               "ours-reference": "ours, reference engine (control for (b), (c))"}
+# (weights, architecture, init_scale, epochs, variant, seeds), all 60,000 images, batch 10, in the order they run
+LOOP_GROUPS = [
+    ("real", "200-200", 1.0, 10, "overlap", (0, 1, 2)),
+    ("real", "200-200", 1.0, 5, "lag", (0, 1, 2)),
+    ("real", "200-200", 1.0, 5, "overlap-lag", (0, 1, 2)),
+    ("real", "200-200", 1.0, 5, "ours-reference", (0, 1, 2)),
+]
+LOOP_BATCH = 10
+
+
+def epoch_minibatches(order: np.ndarray, overlap: bool) -> list[np.ndarray]:
+    """One epoch's minibatches over the permutation `order`: ours (order[s : s + 10]) or the authors' overlapping
+    windows (ebp_analysis.overlapping_minibatches: order[s : s + 11], the last clipped)."""
+    if overlap:
+        return analysis.overlapping_minibatches(order, LOOP_BATCH)
+    return [order[s:s + LOOP_BATCH] for s in range(0, len(order), LOOP_BATCH)]
+
+
+def train_loop_one(data: ebp.Dataset, weights, architecture, init_scale, epochs, variant, seed) -> dict:
+    """train_one with the training loop of `variant`: each epoch a permutation from default_rng(seed) (the same
+    permutations as ebp.fit, hence as the baseline runs), cut into our or the authors' minibatches, trained with the
+    fast engine (train_steps on the concatenated windows, batch size 11: one step per window, as
+    tests/test_ebp_d_gap.py checks) or with the reference engine and a stale ⟨W⟩ (ebp_analysis.train_authors_loop,
+    one call per epoch: the lag restarts every epoch, as one call of Binary_EBP_minibatch.m). Evaluation as in fit."""
+    overlap, lag, engine = LOOP_VARIANTS[variant]
+    net = ebp.init_network(ebp.paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
+    x_track, rng = data.x_test[:N_TRACK], np.random.default_rng(seed)
+    per_epoch = [{"epoch": 0, **ebp.evaluate(net, data.x_test, data.labels_test), **tracked(net, x_track)}]
+    start = time.perf_counter()
+    for epoch in range(epochs):
+        batches = epoch_minibatches(rng.permutation(len(data.x_train)), overlap)
+        tick = time.perf_counter()
+        if engine == "fast":
+            sizes = {len(b) for b in batches[:-1]}
+            assert len(sizes) == 1 and len(batches[-1]) <= min(sizes), "train_steps needs equal windows, a last short one"
+            ebp.train_steps(net, data.x_train, data.y_train, np.concatenate(batches), sizes.pop(), rng, "fast", epoch)
+        else:
+            analysis.train_authors_loop(net, data.x_train, data.y_train, batches, lag=lag)
+        seconds = time.perf_counter() - tick
+        test = ebp.evaluate(net, data.x_test, data.labels_test)
+        per_epoch.append({"epoch": epoch + 1, "ebp_p": test["ebp_p"], "ebp_d": test["ebp_d"], "train_seconds": seconds,
+                          **tracked(net, x_track)})
+        print(f"  epoch {epoch + 1}: EBP-P {100 * test['ebp_p']:.2f}%  EBP-D {100 * test['ebp_d']:.2f}%  "
+              f"({seconds:.0f} s)", flush=True)
+    train_seconds = time.perf_counter() - start
+    return {"weights": weights, "architecture": architecture, "init_scale": init_scale, "epochs": epochs,
+            "std_floor": 0.0, "seed": seed, "n_train": len(data.x_train), "batch_size": LOOP_BATCH,
+            "loop": variant, "overlapping_minibatches": overlap, "stale_mean_weights": lag, "engine": engine,
+            "steps_per_epoch": len(batches), "per_epoch": per_epoch,
+            "final_readouts": readouts(net, data.x_test, data.labels_test, seed),
+            "seconds": round(time.perf_counter() - start, 1), "train_and_track_seconds": round(train_seconds, 1),
+            "machine": ex.machine_record()}
+
+
+def loop_summary(baseline: list[dict], records: list[dict]) -> dict:
+    """Per variant (the baseline runs as "ours"): per seed and mean ± SD over seeds, the test errors and D − P after
+    each epoch (evaluated as in fit, with the fast engine), their means over epochs 3-5 and 6-10, and the final
+    readings (readouts, after the variant's last epoch)."""
+    def stats(values):
+        values = np.asarray(values, dtype=float)
+        return {"mean": float(values.mean()), "sd": float(values.std(ddof=1)) if len(values) > 1 else None,
+                "values": values.tolist()}
+    base = [r for r in baseline if (r["weights"], r["architecture"], r["init_scale"], r.get("std_floor", 0.0)) ==
+            ("real", "200-200", 1.0, 0.0)]
+    by_variant = {"ours": base}
+    for r in records:
+        by_variant.setdefault(r["loop"], []).append(r)
+    out = []
+    for variant in LOOP_VARIANTS:
+        rs = sorted(by_variant.get(variant, []), key=lambda r: r["seed"])
+        if not rs:
+            continue
+        epochs = min(r["epochs"] for r in rs)
+        per_epoch = []
+        for e in range(1, epochs + 1):
+            rows = [next(p for p in r["per_epoch"] if p["epoch"] == e) for r in rs]
+            per_epoch.append({"epoch": e, "ebp_p": stats([100 * p["ebp_p"] for p in rows]),
+                              "ebp_d": stats([100 * p["ebp_d"] for p in rows]),
+                              "gap": stats([100 * (p["ebp_d"] - p["ebp_p"]) for p in rows])})
+        spans = {}
+        for first, last in ((3, 5), (6, 10)):
+            if epochs >= last:
+                spans[f"epochs_{first}_{last}"] = {
+                    k: stats([np.mean([100 * (p["ebp_d"] - p["ebp_p"]) if k == "gap" else 100 * p[k]
+                                       for p in r["per_epoch"] if first <= p["epoch"] <= last]) for r in rs])
+                    for k in ("ebp_p", "ebp_d", "gap")}
+        keys = ("ebp_p", "ebp_d", "ebp_p_layer1_hard", "ebp_p_layer2_hard", "mean_weight_ebp_d")
+        final = {k: stats([r["final_readouts"][k] for r in rs]) for k in keys}
+        final["sampled_nets_vote"] = stats([r["final_readouts"]["sampled_nets"]["vote"] for r in rs])
+        final["gap_d_minus_p"] = stats([r["final_readouts"]["ebp_d"] - r["final_readouts"]["ebp_p"] for r in rs])
+        last_tracked = [r["per_epoch"][epochs] for r in rs]
+        out.append({"variant": variant, "label": LOOP_LABELS[variant], "overlapping_minibatches": LOOP_VARIANTS[variant][0],
+                    "stale_mean_weights": LOOP_VARIANTS[variant][1], "engine": LOOP_VARIANTS[variant][2],
+                    "epochs": epochs, "seeds": [r["seed"] for r in rs], "per_epoch": per_epoch, "epoch_means": spans,
+                    "final_epoch": epochs, "final": final,
+                    "final_uncertain_weight_share": [stats([t["uncertain_weight_share"][k] for t in last_tracked])
+                                                     for k in range(3)],
+                    "final_share_abs_nu_below_half": [stats([t["hidden_unit_certainty"][k]["share_below"]
+                                                             for t in last_tracked]) for k in range(2)],
+                    "train_seconds_per_epoch": stats([np.mean([p["train_seconds"] for p in r["per_epoch"][1:]
+                                                               if p.get("train_seconds") is not None])
+                                                      for r in rs if "loop" in r]) if variant != "ours" else None})
+    return {"variants": out}
+
+
+def loop_readme(loop: dict) -> str:
+    """The README section of the --loop runs."""
+    variants = loop["summary"]["variants"]
+    cell = lambda s: fmt(s) if s is not None else "–"  # noqa: E731
+    at = lambda v, e, k: next((p[k] for p in v["per_epoch"] if p["epoch"] == e), None)  # noqa: E731
+    lines = [TEXT_LOOP_HEAD, "",
+             "| loop (epochs run; seeds) | EBP-P, epoch 5 | EBP-D, epoch 5 | D − P, epoch 5 | D − P, mean of epochs 3-5 "
+             "| EBP-P, epoch 10 | EBP-D, epoch 10 | D − P, epoch 10 | D − P, mean of epochs 6-10 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for v in variants:
+        span = lambda name: cell(v["epoch_means"].get(name, {}).get("gap"))  # noqa: E731
+        lines.append(f"| {v['label']} ({v['epochs']}; {', '.join(map(str, v['seeds']))}) | {cell(at(v, 5, 'ebp_p'))} | "
+                     f"{cell(at(v, 5, 'ebp_d'))} | {cell(at(v, 5, 'gap'))} | {span('epochs_3_5')} | "
+                     f"{cell(at(v, 10, 'ebp_p'))} | {cell(at(v, 10, 'ebp_d'))} | {cell(at(v, 10, 'gap'))} | "
+                     f"{span('epochs_6_10')} |")
+    lines += ["", "D − P after every epoch (points, mean ± SD over the seeds):", "",
+              "| loop | " + " | ".join(str(e) for e in range(1, 11)) + " |", "|---|" + "---|" * 10]
+    for v in variants:
+        gaps = [cell(at(v, e, "gap")) if e <= v["epochs"] else "" for e in range(1, 11)]
+        lines.append(f"| {v['label']} | " + " | ".join(gaps) + " |")
+    lines += ["", "Readings after each variant's last epoch (test error %, mean ± SD; ours after epoch 10, so compare "
+              "(b), (c) with the control):", "",
+              "| loop (epoch) | EBP-P | EBP-D | P, layer 1 hard | P, layer 2 hard | vote of 16 | share abs(ν) < 0.5, hidden 1 / 2 "
+              "| uncertain weights 1 / 2 / 3 | training s / epoch |", "|---|---|---|---|---|---|---|---|---|"]
+    for v in variants:
+        f = v["final"]
+        secs = v["train_seconds_per_epoch"]
+        lines.append(f"| {v['label']} ({v['final_epoch']}) | {fmt(f['ebp_p'])} | {fmt(f['ebp_d'])} | "
+                     f"{fmt(f['ebp_p_layer1_hard'])} | {fmt(f['ebp_p_layer2_hard'])} | {fmt(f['sampled_nets_vote'])} | "
+                     f"{' / '.join(fmt(s, 3) for s in v['final_share_abs_nu_below_half'])} | "
+                     f"{' / '.join(fmt(s, 3) for s in v['final_uncertain_weight_share'])} | "
+                     f"{fmt(secs, 0) if secs else '–'} |")
+    machine = loop["machine"]
+    lines += ["", TEXT_LOOP_TAIL, "", f"Code of the --loop runs: commit(s) {', '.join(loop['commits'])}; "
+              f"{machine['cpu_model']}; they took {loop['total_seconds'] / 60:.0f} min of wall time on the shared "
+              "two-core machine (other training jobs running)."]
+    return "\n".join(lines) + "\n"
+
+
+TEXT_LOOP_HEAD = """## The authors' training loop
+
+**Question.** Two differences between the authors' training loop (`Binary_EBP_minibatch.m`) and ours were open
+(conclusion 1): (1) `for tt=1:batch_size:T; batch_size=min(batch_size,T-tt); batch_ind=tt:(tt+batch_size)`
+takes batch_size + 1 = 11 images per minibatch, and consecutive minibatches share one image (the last of one is the
+first of the next; for 60,000 images: 5,999 windows of 11 and a last one of 10, 6,000 steps an epoch as ours);
+(2) in the backward loop they set `tanh_h_cell(ll)={tanh(h)}` with the h from *before* this step's update, so the
+forward pass and the backward pass's ⟨W⟩ (and σ²'s 1 − tanh² h) of step t use h as it was before step t − 1's
+update: one step stale (the bias is not). Their update is numerically ours. Do these change EBP-D − EBP-P?
+
+**What was run.** `scripts/ebp_d_gap.py --loop`, the *truncated* protocol of the runs above: real
+[784, 200, 200, 10], initial scale 1, MNIST, all 60,000 training images (per-pixel standardisation), batch 10,
+seeds 0, 1, 2, test error on the 10,000 test images (evaluated as in `ebp_lib.fit`, fast engine); each seed uses the
+same initial net and the same per-epoch permutations as the baseline run of that seed. Variants: (a) overlapping
+11-image windows of each epoch's permutation (`ebp_analysis.overlapping_minibatches`), trained with the fast engine
+(`ebp_lib.train_steps` on the concatenated windows with batch size 11: one step per window), 10 epochs; (b) our
+minibatches with ⟨W⟩ = h one step stale (`ebp_analysis.train_authors_loop`, built on ebp_lib's reference forward /
+backward / update; without the lag it is `ebp_lib.train_step` exactly), (c) both. (b) and (c) need the reference
+engine (float64 numpy, about 6 times slower here), so they stop after **5 epochs**; "ours, reference engine" is our
+loop on that engine for 5 epochs, the control for a change of engine. The lag restarts at every epoch (one call of
+`Binary_EBP_minibatch.m` per epoch: its first two steps both use the starting h). *Assumption:* the authors'
+real-weight code is not available; we assume it has the binary code's loop, with ⟨W⟩ = h (and ⟨W²⟩ = h² + 1)
+lagged one step. The seed SD of D − P at one epoch is about 0.1-0.2 points, and D − P moves by about as much from
+one epoch to the next, hence also its mean over epochs 3-5 and 6-10 per seed."""
+
+TEXT_LOOP_TAIL = """(conclusion written after the runs)"""
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--report", action="store_true", help="only rebuild result.json and README.md")
     parser.add_argument("--quick", action="store_true", help="smoke test: 2,000 images, 1 epoch, one seed")
     parser.add_argument("--only", choices=("real", "binary"), help="train only the runs with these weights")
+    parser.add_argument("--loop", action="store_true", help="train only the runs of the authors' training loop "
+                        "(LOOP_GROUPS: overlapping 11-image minibatches, a stale ⟨W⟩) into runs-loop/")
     args = parser.parse_args(argv)
     out = ROOT / ".cache" / "ebp-d-gap-quick" if args.quick else OUT
     (out / "runs").mkdir(parents=True, exist_ok=True)
     groups = [(w, a, s, 1, f, (0,)) for w, a, s, _, f, _ in GROUPS[::3]] if args.quick else GROUPS
+    loop_groups = [(w, a, s, 1, v, (0,)) for w, a, s, _, v, _ in LOOP_GROUPS] if args.quick else LOOP_GROUPS
     data = {}
+    if args.loop and not args.report:
+        (out / "runs-loop").mkdir(parents=True, exist_ok=True)
+        for weights, architecture, init_scale, epochs, variant, seeds in loop_groups:
+            for seed in seeds:
+                path = out / "runs-loop" / f"{run_name(weights, architecture, init_scale, seed)}-{variant}.json"
+                if path.exists():
+                    continue
+                if 0.0 not in data:
+                    data[0.0] = ebp.load_dataset("mnist", n_train=2000 if args.quick else None)
+                print(f"{path.stem}: {epochs} epochs", flush=True)
+                ex.write_json(path, train_loop_one(data[0.0], weights, architecture, init_scale, epochs, variant, seed))
     for weights, architecture, init_scale, epochs, std_floor, seeds in groups:
-        if args.only and weights != args.only:
+        if args.only and weights != args.only or args.loop:
             continue
         for seed in seeds:
             path = out / "runs" / f"{run_name(weights, architecture, init_scale, seed, std_floor)}.json"
@@ -350,6 +558,22 @@ def main(argv=None) -> int:
               "groups": summarise(records), "runs": records,
               "total_seconds": float(sum(r["seconds"] for r in records)),
               "machine": ex.machine_record()}
+    loop_records = [json.loads(p.read_text()) for p in sorted((out / "runs-loop").glob("*.json"))]
+    if loop_records:
+        result["authors_loop"] = {
+            "question": "do the two differences of the authors' training loop (Binary_EBP_minibatch.m) change the "
+                        "EBP-D - EBP-P gap: overlapping minibatches of batch_size + 1 images, a <W> one step stale",
+            "parameters": {"groups": [dict(zip(("weights", "architecture", "init_scale", "epochs", "variant", "seeds"), g))
+                                      for g in loop_groups],
+                           "variants": {k: dict(zip(("overlapping_minibatches", "stale_mean_weights", "engine"), v))
+                                        for k, v in LOOP_VARIANTS.items()},
+                           "batch_size": LOOP_BATCH, "baseline": "the init-1 real [200, 200] runs above (variant ours)",
+                           "assumption": "the authors' real-weight code (not available) has the binary code's loop, "
+                                         "with <W> = h lagged one step"},
+            "summary": loop_summary(records, loop_records), "runs": loop_records,
+            "commits": sorted({r["machine"]["git_commit"] + (" (dirty)" if r["machine"]["git_dirty"] else "")
+                               for r in loop_records}),
+            "total_seconds": float(sum(r["seconds"] for r in loop_records)), "machine": ex.machine_record()}
     ex.write_json(out / "result.json", result)
     ex.write_atomically(out / "README.md", readme(result))
     print(f"wrote {out / 'result.json'} and README.md")
