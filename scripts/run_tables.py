@@ -18,6 +18,7 @@ Examples (from the repository root; `python` is the project's interpreter, e.g. 
   python scripts/run_tables.py --table 2 --seed 0 1 2      # three seeds (folders binary-200, binary-200-seed1, ...)
   python scripts/run_tables.py --table 4 --mask-reading held   # Table 4, masked weights held at h = 0 (-held)
   python scripts/run_tables.py --all --profile paper --dataset fashion-mnist   # into outputs/runs/paper-fashion-mnist/
+  python scripts/run_tables.py --profile extended binary-800-800-dropout-sampled   # 200 epochs: where it settles
   python scripts/run_tables.py --all --list                # show what would run and each run's state
   python scripts/run_tables.py --all --profile paper --scheduler tcp://host:8786   # on a Dask cluster
 
@@ -52,13 +53,14 @@ line; 130 if interrupted.
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    quick, paper = ex.PROFILES["quick"], ex.PROFILES["paper"]
+    quick, paper, extended = ex.PROFILES["quick"], ex.PROFILES["paper"], ex.PROFILES["extended"]
     parser = argparse.ArgumentParser(
         prog="run_tables.py", description=__doc__.split("\nThe work is done by")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"Profiles: quick = {quick['epochs']} epochs on the first {quick['n_train']:,} training images; "
                f"paper = {paper['epochs']} epochs on all {ex.FULL_TRAIN:,} training images (the paper's "
-               f"protocol).\n\n{STATES_HELP}")
+               f"protocol); extended = {extended['epochs']} epochs on all of them (beyond the paper's protocol, for "
+               f"runs still improving at epoch {paper['epochs']}).\n\n{STATES_HELP}")
     parser.add_argument("run_ids", nargs="*", metavar="RUN_ID",
                         help="runs by id, e.g. binary-200, real-800-800-dropout, binary-block13 (see --list)")
     parser.add_argument("--all", action="store_true", help="every run of Tables 2, 3 and 4")

@@ -112,6 +112,8 @@ def test_normalisation_and_protocol_label():
     assert ex.protocol_label({**p, "n_train": 60000}) == "paper"
     assert ex.protocol_label({**p, "epochs": 119}) == "shortened"
     assert ex.protocol_label({**p, "n_train": 59999}) == "shortened"
+    assert ex.protocol_label({**p, "epochs": 200}) == "extended"  # beyond the paper: labelled, never "paper"
+    assert ex.protocol_label({**p, "epochs": 200, "n_train": 59999}) == "shortened"
 
 
 # ----------------------------------------------------------------------------------------------------------
