@@ -40,10 +40,15 @@ import ebp_lib as ebp  # noqa: E402
 OUT = ROOT / "outputs" / "ablations" / "ebp-d-gap"
 N_TRACK = 2000          # test images for the per-epoch statistics (the error rates use all 10,000)
 N_SAMPLES = 16          # nets drawn from the posterior per trained net
-PAPER = {  # Table 2 of the paper (120 epochs): EBP-P, EBP-D
-    ("real", "200-200"): (2.16, 2.63), ("real", "800-800"): (2.10, 2.42),
-    ("binary", "200-200"): (2.63, 5.20), ("binary", "800-800"): (2.37, 27.06),
-}
+
+
+def paper_table2(weights: str, architecture: str) -> tuple:
+    """The paper's Table 2 errors (120 epochs), EBP-P and EBP-D, from scripts/paper_tables.csv; (None, None) if
+    the configuration is not in it."""
+    rows = {r["output"]: r["paper_error"] for r in ex.read_paper_tables()
+            if r["table"] == 2 and r["run_id"] == f"{weights}-{architecture}"}
+    return rows.get("ebp_p"), rows.get("ebp_d")
+
 # (weights, architecture, init_scale, epochs, std_floor, seeds), all 60,000 images, batch 10; std_floor 25.5 caps the
 # per-pixel standardised value of rarely inked pixels at 10 (docs/maths.md §Data protocol). On the shared machine
 # (two cores, both busy) a binary [800, 800] epoch took ~100 s of wall time: one seed for it and for the floor run.
@@ -145,7 +150,7 @@ def summarise(records: list[dict]) -> dict:
         flat = [{k: v for k, v in r["final_readouts"].items() if not isinstance(v, dict)} |
                 {f"{k}_{kk}": vv for k, v in r["final_readouts"].items() if isinstance(v, dict)
                  for kk, vv in v.items() if kk != "n_samples"} for r in rs]
-        flat = [{k: f[k] for k in set.intersection(*(set(g) for g in flat))} for f in flat]  # keys every seed has
+        flat = [{k: f[k] for k in f if all(k in g for g in flat)} for f in flat]  # keys every seed has, in order
         row = {"weights": weights, "architecture": architecture, "init_scale": init_scale, "epochs": epochs,
                "std_floor": std_floor, "seeds": [r["seed"] for r in rs], "final": {k: stats([f[k] for f in flat]) for k in flat[0]}}
         row["final"]["gap_d_minus_p"] = stats([f["ebp_d"] - f["ebp_p"] for f in flat])
@@ -162,7 +167,7 @@ def summarise(records: list[dict]) -> dict:
                                          for k in range(n_hidden)]}
         plain = init_scale == 1.0 and not std_floor
         row["committed_full_protocol"] = committed(weights, architecture, epochs) if plain else None
-        row["paper_120_epochs"] = dict(zip(("ebp_p", "ebp_d"), PAPER.get((weights, architecture), (None, None))))
+        row["paper_120_epochs"] = dict(zip(("ebp_p", "ebp_d"), paper_table2(weights, architecture)))
         out.append(row)
     return out
 
