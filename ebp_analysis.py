@@ -14,8 +14,8 @@ import copy
 import numpy as np
 from scipy import special
 
-from ebp_lib import (DEFAULT_ENGINE, Dataset, Network, check_training, evaluate, forward, layer_moments, train_steps,
-                     weight_moments)
+from ebp_lib import (DEFAULT_ENGINE, Dataset, Layer, Network, backward, check_training, evaluate, forward,
+                     layer_moments, train_steps, update, weight_moments)
 
 
 def learning_curve(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,
@@ -290,7 +290,6 @@ def vote(predictions: np.ndarray, n_classes: int = 10) -> np.ndarray:
 # scripts/ebp_d_gap.py --loop): overlapping minibatches of batch_size + 1 images, and a ⟨W⟩ one step stale.
 # ----------------------------------------------------------------------------------------------------------
 
-from ebp_lib import Layer, backward, update  # noqa: E402  (this section was appended; the imports above stay as they were)
 
 def overlapping_minibatches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """The authors' minibatches over the images `order`: `for tt=1:batch_size:T; batch_size=min(batch_size,T-tt);
