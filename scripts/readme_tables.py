@@ -1,9 +1,11 @@
-"""Copy the rendered tables (written by notebooks/tables.ipynb) into README.md, between its two markers.
+"""Copy the rendered tables (written by notebooks/tables.ipynb) into README.md, each between its two markers.
 
-    python scripts/readme_tables.py            # rewrite README.md's results block from outputs/runs/paper/tables.md
-    python scripts/readme_tables.py --check    # exit 1 if the README's block differs from the rendered tables
+    python scripts/readme_tables.py            # rewrite README.md's results blocks from the rendered tables
+    python scripts/readme_tables.py --check    # exit 1 if a README block differs from its rendered tables
 
-The README never carries hand-typed results: tests/test_readme.py runs the check.
+Two blocks: `tables` (the paper's Tables 2-4 beside ours, outputs/runs/paper/tables.md) and `fashion-tables`
+(MNIST beside Fashion-MNIST, outputs/runs/paper-fashion-mnist/tables.md). The README never carries hand-typed
+tables: tests/test_readme.py runs the check.
 """
 from __future__ import annotations
 
@@ -12,32 +14,42 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-START, END = "<!-- tables:start -->", "<!-- tables:end -->"
+BLOCKS = {"tables": Path("outputs/runs/paper/tables.md"),
+          "fashion-tables": Path("outputs/runs/paper-fashion-mnist/tables.md")}
 
 
-def with_tables(readme: str, tables: str) -> str:
-    """`readme` with everything between the markers replaced by `tables`."""
-    if readme.count(START) != 1 or readme.count(END) != 1 or readme.index(START) > readme.index(END):
-        raise ValueError(f"README.md must hold exactly one {START} ... {END} block")
-    head, rest = readme.split(START)
-    _, tail = rest.split(END)
-    return f"{head}{START}\n{tables.strip()}\n{END}{tail}"
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+START, END = markers("tables")
+
+
+def with_tables(readme: str, tables: str, name: str = "tables") -> str:
+    """`readme` with everything between block `name`'s markers replaced by `tables`."""
+    start, end = markers(name)
+    if readme.count(start) != 1 or readme.count(end) != 1 or readme.index(start) > readme.index(end):
+        raise ValueError(f"README.md must hold exactly one {start} ... {end} block")
+    head, rest = readme.split(start)
+    _, tail = rest.split(end)
+    return f"{head}{start}\n{tables.strip()}\n{end}{tail}"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tables", type=Path, default=REPO / "outputs" / "runs" / "paper" / "tables.md")
-    parser.add_argument("--readme", type=Path, default=REPO / "README.md")
+    parser.add_argument("--root", type=Path, default=REPO, help="the repository (README.md and outputs/)")
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 if they differ")
     args = parser.parse_args(argv)
-    readme, tables = args.readme.read_text(), args.tables.read_text()
-    updated = with_tables(readme, tables)
-    if args.check:
-        if updated != readme:
-            print(f"{args.readme} does not show {args.tables}: run python scripts/readme_tables.py", file=sys.stderr)
+    path = args.root / "README.md"
+    readme = updated = path.read_text()
+    for name, tables in BLOCKS.items():
+        updated = with_tables(updated, (args.root / tables).read_text(), name)
+        if args.check and updated != readme:
+            print(f"README.md's {name} block does not show {tables}: run python scripts/readme_tables.py",
+                  file=sys.stderr)
             return 1
-        return 0
-    args.readme.write_text(updated)
+    if not args.check:
+        path.write_text(updated)
     return 0
 
 

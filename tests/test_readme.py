@@ -10,7 +10,7 @@ import readme_tables  # noqa: E402
 
 
 def test_readme_shows_the_rendered_tables():
-    assert readme_tables.main(["--check"]) == 0, "README.md's results differ from outputs/runs/paper/tables.md"
+    assert readme_tables.main(["--check"]) == 0, "README.md's results differ from the rendered tables"
 
 
 def test_splice_replaces_only_the_block():
@@ -18,3 +18,20 @@ def test_splice_replaces_only_the_block():
     assert readme_tables.with_tables(readme, "new\n") == f"intro\n{readme_tables.START}\nnew\n{readme_tables.END}\noutro\n"
     with pytest.raises(ValueError, match="exactly one"):
         readme_tables.with_tables("no markers", "new")
+
+
+def test_check_names_a_stale_block(tmp_path, capsys):
+    """Each block is checked against its own file: a stale Fashion-MNIST block fails with its name."""
+    for name, tables in readme_tables.BLOCKS.items():
+        (tmp_path / tables).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / tables).write_text(f"{name} rendered\n")
+    blocks = "".join(f"{s}\n{name} rendered\n{e}\n" for name in readme_tables.BLOCKS
+                     for s, e in [readme_tables.markers(name)])
+    (tmp_path / "README.md").write_text(f"intro\n{blocks}outro\n")
+    assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 0
+    (tmp_path / readme_tables.BLOCKS["fashion-tables"]).write_text("fashion-tables newer\n")
+    assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 1
+    assert "fashion-tables block" in capsys.readouterr().err
+    assert readme_tables.main(["--root", str(tmp_path)]) == 0  # rewrite, then the check passes
+    assert "fashion-tables newer" in (tmp_path / "README.md").read_text()
+    assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 0
