@@ -137,6 +137,20 @@ def test_a_folder_with_other_parameters_is_left_alone(tiny, tmp_path):
     assert (tmp_path / "run" / bp.RESULT_FILE).read_text() == before
 
 
+def test_ebp_neighbour_is_seed_0_whichever_seed_is_read_first():
+    """With three finished seeds of a Table 2 run, the comparison uses seed 0 in any reading order; a more
+    complete run of another seed still wins over an unfinished seed 0."""
+    def run(seed, epochs=120, finished=True):
+        return {"parameters": {"dataset": "mnist", "architecture": "800", "weights": "binary", "dropout": None,
+                               "preprocessing": "pixel", "std_floor": 0, "init_scale": 1, "seed": seed},
+                "protocol": "paper", "finished": finished, "epochs_done": epochs, "n_train_images": 60000}
+    runs = [run(1), run(0), run(2)]
+    for order in (runs, runs[::-1]):
+        assert bp.ebp_table2_results(order, "mnist")[("800", "binary")]["parameters"]["seed"] == 0
+    partial_seed0 = [run(0, epochs=50, finished=False), run(1)]
+    assert bp.ebp_table2_results(partial_seed0, "mnist")[("800", "binary")]["parameters"]["seed"] == 1
+
+
 def test_runner_skips_finished_runs_and_lists_them(real_data_dir, tmp_path, capsys):
     argv = ["tanh-200", "--dataset", "mnist", "--out", str(tmp_path), "--n-train", "500", "--n-validation",
             "100", "--epochs", "1", "--grid-epochs", "1", "--grid", "0.01", "0.1"]
