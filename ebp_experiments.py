@@ -1805,6 +1805,12 @@ def twin_agreement(result: dict, twin: dict) -> str:
             f"{cpus(result)}; the twin on {cpus(twin)})")
 
 
+def run_name(params: dict) -> str:
+    """A run's configuration in words, e.g. "binary [800,800], sampled dropout, seed 0"."""
+    return (f"{params['weights']} [{params['architecture'].replace('-', ',')}], {params['dropout'] or 'no'} dropout, "
+            f"seed {params['seed']}")
+
+
 def error_at(result: dict, output: str, epoch: int) -> float:
     """Test error (percent) of `output` (ebp_p or ebp_d) after `epoch` (counted from 1)."""
     return 100 * result["history"][epoch - 1][f"test_{output}"]
@@ -1829,10 +1835,9 @@ def settling_table(pairs: list[tuple[dict, dict | None]]) -> str:
     lines = ["| run | output | epoch 120 | last 10 to 120 | trend to 120 | last epoch | last 10 to it | "
              "trend to it |", "|---|---|---|---|---|---|---|---|"]
     for result, _ in pairs:
-        p, last = result["parameters"], result["epochs_done"]
+        last = result["epochs_done"]
         at_120 = {**result, "history": result["history"][:PAPER_EPOCHS]}
-        name = (f"{p['weights']} [{p['architecture'].replace('-', ',')}], {p['dropout'] or 'no'} dropout, "
-                f"seed {p['seed']}")
+        name = run_name(result["parameters"])
         for output in ("ebp_p", "ebp_d"):
             label = "EBP-P" if output == "ebp_p" else "EBP-D"
             early = (f"{error_at(result, output, PAPER_EPOCHS):.2f} | {last_epochs_mean(at_120, output):.2f} | "
@@ -1856,8 +1861,6 @@ def plot_prolonged(ax, result: dict, twin: dict | None) -> None:
     ax.axvline(PAPER_EPOCHS, color="k", ls=":", lw=1)
     ax.text(PAPER_EPOCHS, 0.98, "the paper's last epoch ", transform=ax.get_xaxis_transform(), ha="right", va="top",
             fontsize=8)
-    p = result["parameters"]
-    ax.set(xlabel="epoch", ylabel="test error (%)",
-           title=f"{p['weights']} [{p['architecture'].replace('-', ',')}], {p['dropout']} dropout, seed {p['seed']}")
+    ax.set(xlabel="epoch", ylabel="test error (%)", title=run_name(result["parameters"]))
     _log_error_axis(ax)
     ax.legend(fontsize=7, loc="center right")
