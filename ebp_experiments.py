@@ -30,6 +30,7 @@ import os
 import platform
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -1248,10 +1249,8 @@ def last_epochs_mean(result: dict, output: str, k: int = LAST_EPOCHS) -> float:
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float | None]:
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    """Mean and sample standard deviation (None for a single value)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
 @dataclass
@@ -1820,11 +1819,10 @@ def trend(result: dict, output: str, k: int = 40) -> float:
     """Least-squares slope of the test error of `output` over the last k epochs, in points per 10 epochs:
     about zero once a curve has settled, negative while it still falls."""
     tail = result["history"][-k:]
-    x = [h["epoch"] for h in tail]
-    y = [100 * h[f"test_{output}"] for h in tail]
-    x_mean, y_mean = sum(x) / len(x), sum(y) / len(y)
-    sxx = sum((a - x_mean) ** 2 for a in x)
-    return 10 * sum((a - x_mean) * (b - y_mean) for a, b in zip(x, y)) / sxx if sxx else 0.0
+    if len(tail) < 2:
+        return 0.0
+    fit = statistics.linear_regression([h["epoch"] for h in tail], [100 * h[f"test_{output}"] for h in tail])
+    return 10 * fit.slope
 
 
 def settling_table(pairs: list[tuple[dict, dict | None]]) -> str:

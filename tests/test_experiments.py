@@ -546,6 +546,8 @@ def test_seeds_are_pooled_as_mean_and_sd_beside_the_last_ten_epochs(rows, tmp_pa
     one = ex.table_cells(rows, [r for r in results if ex.seed_of(r) == 0], "paper")
     assert one[ex.cell_key(row)].sd is None and "seed 0 (one run per cell)" in ex.render_table(2, rows, one, "paper")
     assert "| 200 | 3.46 / 3.00 (-0.46); last 10: 3.09 |" in ex.render_table(2, rows, one, "paper")
+
+
 def test_an_extended_run_is_paired_with_the_paper_run_it_prolongs(rows, tmp_path):
     """An extended run (200 epochs) is paired with the finished paper-profile run of its configuration and seed,
     not with another seed's; the table gives the error after epoch 120 and after epoch 200, the last-10 means
