@@ -34,6 +34,7 @@ import io
 import json
 import math
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -150,7 +151,7 @@ def make_parameters(dataset: str, config: str, **overrides) -> dict:
             "max_epochs": _positive_int("max_epochs", p["max_epochs"]),
             "patience": _positive_int("patience", p["patience"]),
             "stop_patience": _positive_int("stop_patience", p["stop_patience"]),
-            "n_validation": n_validation, "n_train": None if p["n_train"] is None else n_images,
+            "n_validation": n_validation, "n_train": None if n_images == FULL_TRAIN else n_images,
             "seed": int(seed), "dtype": "float32"}
 
 
@@ -282,7 +283,7 @@ def load_checkpoint(path: Path, params: dict) -> tuple[dict, dict, dict]:
             state = json.loads(str(npz["state"][()]))
             groups = {g: {k: npz[f"{g}/{k}"] for k in expected if f"{g}/{k}" in files}
                       for g in ("weights", "velocity")}
-    except (OSError, ValueError, KeyError, EOFError) as err:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(err).__name__}: {err})") from err
     if not isinstance(state, dict) or state.get("parameters") != params:
         raise CheckpointError(f"{path}: checkpoint of another run (its parameters differ from this run's)")

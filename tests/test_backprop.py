@@ -1,178 +1,163 @@
-"""The backprop baseline (ebp_backprop.py, scripts/run_backprop.py) on tiny subsets of the real MNIST files."""
+"""The backpropagation baseline: its gradients, its protocol, its records and checkpoints."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-import ebp_backprop as bp
-import ebp_lib
+from reproduction import backprop as bp
+from reproduction import backprop_mlp as mlp
+from scripts import run_backprop
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import run_backprop  # noqa: E402
+SMALL = {"n_train": 1200, "n_validation": 400, "batch_size": 50, "grid_epochs": 1, "max_epochs": 4,
+         "patience": 1, "stop_patience": 2, "learning_rate_grid": [0.05, 0.2], "preprocessing_grid": ["unit"]}
 
-TINY = dict(n_train=500, n_validation=100, epochs=2, grid_epochs=1, learning_rate_grid=[0.01, 0.1])
+
+def test_gradients_equal_finite_differences_of_the_loss():
+    """float64 central differences of `loss` against `gradients`, every array of a [5, 4, 3, 10] tanh net with an
+    L2 penalty: relative error below 1e-6 (the differences' own error is about 1e-9 here)."""
+    rng = np.random.default_rng(0)
+    params = mlp.init_mlp((5, 4, 3, 10), rng, dtype=np.float64)
+    params = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in params.items()}  # nonzero biases too
+    x, labels = rng.standard_normal((7, 5)), rng.integers(0, 10, 7)
+    grads, cross_entropy = mlp.gradients(params, x, labels, l2=0.01)
+    assert cross_entropy == pytest.approx(mlp.loss(params, x, labels) , rel=1e-12)
+    eps = 1e-6
+    for name, value in params.items():
+        numeric = np.zeros_like(value)
+        for index in np.ndindex(value.shape):
+            saved = value[index]
+            value[index] = saved + eps
+            up = mlp.loss(params, x, labels, 0.01)
+            value[index] = saved - eps
+            down = mlp.loss(params, x, labels, 0.01)
+            value[index] = saved
+            numeric[index] = (up - down) / (2 * eps)
+        assert np.max(np.abs(grads[name] - numeric)) <= 1e-6 * max(1.0, np.max(np.abs(numeric))), name
+
+
+def test_nesterov_step_matches_its_formula():
+    params, velocity = {"W1": np.array([1.0, 2.0])}, {"W1": np.array([0.5, -0.5])}
+    grads = {"W1": np.array([0.1, 0.2])}
+    mlp.nesterov_step(params, velocity, grads, learning_rate=0.1, momentum=0.9)
+    v = 0.9 * np.array([0.5, -0.5]) - 0.1 * np.array([0.1, 0.2])
+    np.testing.assert_allclose(velocity["W1"], v)
+    np.testing.assert_allclose(params["W1"], np.array([1.0, 2.0]) + 0.9 * v - 0.1 * np.array([0.1, 0.2]))
+
+
+def test_schedule_halves_the_rate_and_stops_on_patience():
+    params = bp.make_parameters("mnist", "tanh-200", patience=2, stop_patience=4, max_epochs=100)
+    state = {"epoch": 0, "learning_rate": 1.0, "best_epoch": None, "best_validation_error": None,
+             "epochs_without_best": 0}
+    stops, rates = [], []
+    for error in (0.5, 0.4, 0.45, 0.41, 0.42, 0.43):
+        state["epoch"] += 1
+        stops.append(bp.schedule_step(state, error, params))
+        rates.append(state["learning_rate"])
+    assert state["best_epoch"] == 2 and state["best_validation_error"] == 0.4
+    assert rates == [1.0, 1.0, 1.0, 0.5, 0.5, 0.25]
+    assert stops == [False] * 5 + [True]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"n_train": 70000}, "exceeds the 60,000"), ({"learning_rate_grid": [float("nan")]}, "finite positive"),
+    ({"learning_rate_grid": [float("inf")]}, "finite positive"), ({"seed": -1}, "seed=-1"),
+    ({"batch_size": 100000}, "batch_size=100000 exceeds"), ({"n_validation": 60000}, "must be smaller"),
+    ({"momentum": 1.0}, "momentum"), ({"preprocessing_grid": ["zca"]}, "preprocessing_grid"),
+])
+def test_bad_parameters_are_refused_before_any_file_is_written(overrides, message, tmp_path, capsys):
+    with pytest.raises(ValueError, match=message):
+        bp.make_parameters("mnist", "tanh-200", **overrides)
+    argv = {"n_train": ["--n-train", "70000"], "seed": ["--seed", "-1"], "batch_size": ["--batch-size", "100000"],
+            "learning_rate_grid": ["--grid", str(overrides.get("learning_rate_grid", [0])[0])]}
+    key = next(iter(overrides))
+    if key in argv:
+        assert run_backprop.main(["tanh-200", "--dataset", "mnist", "--out", str(tmp_path), *argv[key]]) == 2
+        assert message.split()[0] in capsys.readouterr().err
+        assert not any(tmp_path.iterdir())
+
+
+def test_protocol_label_is_fair_only_for_the_full_protocol():
+    assert bp.protocol_label(bp.make_parameters("mnist", "tanh-800", seed=2)) == "fair"
+    assert bp.protocol_label(bp.make_parameters("mnist", "tanh-800", max_epochs=20)) == "shortened"
+    assert bp.protocol_label(bp.make_parameters("mnist", "tanh-800", n_train=60000)) == "fair"
 
 
 @pytest.fixture
-def tiny(real_data_dir):
-    return bp.make_parameters("mnist", "tanh-200", **TINY)
+def small_run(real_data_dir, tmp_path):
+    params = bp.make_parameters("mnist", "tanh-200", **SMALL)
+    return params, tmp_path / "run", real_data_dir
 
 
-def test_alpha_gives_the_tutorial_l2_objective():
-    """sklearn's alpha = 2·l2·B makes one SGD step shrink W by (1 − 2·lr·l2), the gradient of l2·ΣW².
-
-    Inputs of 0 give the first layer no data gradient, so only the penalty moves it."""
-    params = bp.make_parameters("mnist", "tanh-500-l2", batch_size=8)
-    x, labels = np.zeros((8, 784), np.float32), np.arange(8) % 10
-    plain = bp.build_classifier({**params, "alpha": 0.0}, 0.1)
-    penalised = bp.build_classifier(params, 0.1)
-    for model in (plain, penalised):
-        model.partial_fit(x, labels, classes=np.arange(10))
-    ratio = penalised.coefs_[0] / plain.coefs_[0]
-    np.testing.assert_allclose(ratio, 1 - 2 * 0.1 * params["l2"], rtol=1e-6)
-    assert params["alpha"] == pytest.approx(2 * 1e-4 * 8)
-
-
-def test_validation_split_is_the_tail_standardised_with_the_head():
-    images = np.random.default_rng(0).integers(0, 256, (50, 28, 28), dtype=np.uint8)
-    labels = np.arange(50) % 10
-    x_fit, y_fit, x_val, y_val = bp.validation_split(images, labels, 10)
-    assert x_fit.shape == (40, 784) and x_val.shape == (10, 784)
-    np.testing.assert_array_equal(y_val, labels[40:])
-    head = images[:40].reshape(40, -1).astype(np.float64)
-    mean, std = head.mean(0), head.std(0)
-    np.testing.assert_allclose(x_val, (images[40:].reshape(10, -1) - mean) / std, atol=1e-5)
-    np.testing.assert_allclose(x_fit.mean(0), 0, atol=1e-5)
-    with pytest.raises(ValueError, match="cannot hold out"):
-        bp.validation_split(images, labels, 50)
+def test_a_run_records_grid_history_and_the_best_validation_epoch(small_run):
+    params, folder, data_dir = small_run
+    record = bp.run(params, folder, data_dir, echo=lambda *_: None, allow_dirty=True)
+    assert record["finished"] and record["format"] == bp.RECORD_FORMAT and record["protocol"] == "shortened"
+    assert len(record["grid"]["points"]) == 2 and record["n_train_images"] == 800
+    best = min(record["history"], key=lambda h: (h["validation_error"], h["epoch"]))
+    assert record["best_epoch"] == best["epoch"] and record["final"]["test_error"] == best["test_error"]
+    chosen = record["grid"]["chosen"]
+    point = next(p for p in record["grid"]["points"] if p["learning_rate"] == chosen["learning_rate"])
+    assert record["history"][0]["validation_error"] == point["validation_error"][0]  # same first epoch
+    assert not (folder / bp.CHECKPOINT_FILE).exists()
+    assert json.loads((folder / bp.RESULT_FILE).read_text()) == record
 
 
-class TrainOnly(dict):
-    """load_raw's dict with the test split made untouchable."""
-    def __getitem__(self, key):
-        if key.startswith("test"):
-            raise AssertionError(f"the learning-rate grid read {key}")
-        return super().__getitem__(key)
+def test_an_interrupted_run_resumes_to_the_same_record(small_run, tmp_path):
+    params, folder, data_dir = small_run
+    whole = bp.run(params, tmp_path / "whole", data_dir, echo=lambda *_: None, allow_dirty=True)
+    partial = bp.run(params, folder, data_dir, echo=lambda *_: None, allow_dirty=True, stop_after_epochs=2)
+    assert not partial["finished"] and (folder / bp.CHECKPOINT_FILE).exists()
+    resumed = bp.run(params, folder, data_dir, echo=lambda *_: None, allow_dirty=True)
+    strip = [{k: v for k, v in h.items() if k != "train_seconds"} for h in whole["history"]]
+    assert [{k: v for k, v in h.items() if k != "train_seconds"} for h in resumed["history"]] == strip
+    assert resumed["final"] == whole["final"]
 
 
-def test_grid_never_touches_test_images_and_picks_the_lowest_validation_error(tiny, monkeypatch):
-    real_load_raw = ebp_lib.load_raw
-    monkeypatch.setattr(ebp_lib, "load_raw", lambda *a, **k: TrainOnly(real_load_raw(*a, **k)))
-    monkeypatch.setattr(ebp_lib, "load_dataset", lambda *a, **k: pytest.fail("grid loaded the test set"))
-    x_fit, y_fit, x_val, y_val = bp.grid_data(tiny)
-    raw = real_load_raw("mnist")
-    np.testing.assert_array_equal(y_val, raw["train_labels"][400:500])
-    assert len(x_fit) == 400
-    points = bp.tune_learning_rate(tiny, x_fit, y_fit, x_val, y_val)
-    assert [p["learning_rate"] for p in points] == [0.01, 0.1]
-    finals = {p["learning_rate"]: p["validation_error"][-1] for p in points}
-    assert finals[0.01] != finals[0.1]  # the tiny grid still discriminates, so the choice below means something
-    assert bp.choose_rate(points) == min(finals, key=finals.get)
+@pytest.mark.parametrize("damage", ["truncate", "flip", "shape", "pickle"])
+def test_a_bad_checkpoint_is_named_set_aside_and_the_run_restarts(small_run, damage):
+    params, folder, data_dir = small_run
+    bp.run(params, folder, data_dir, echo=lambda *_: None, allow_dirty=True, stop_after_epochs=2)
+    path = folder / bp.CHECKPOINT_FILE
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":  # a flipped byte inside an array: caught by the zip member's CRC
+        raw = bytearray(data)
+        raw[len(raw) // 3] ^= 0xFF
+        path.write_bytes(bytes(raw))
+    elif damage == "shape":
+        with np.load(path) as npz:
+            arrays = dict(npz)
+        arrays["weights/W1"] = arrays["weights/W1"][:1]
+        np.savez(path, **arrays)
+    else:  # an object array can only be read by unpickling: refused, never executed
+        with np.load(path) as npz:
+            arrays = dict(npz)
+        arrays["state"] = np.array([{"evil": 1}], dtype=object)
+        np.savez(path, **arrays)
+    messages = []
+    record = bp.run(params, folder, data_dir, echo=messages.append, allow_dirty=True)
+    assert record["finished"] and record["sessions"][-1]["from_epoch"] == 0
+    assert any(str(path) in m and "moved aside" in m for m in messages), messages
+    assert len(list(folder.glob(f"{bp.CHECKPOINT_FILE}.corrupt-*"))) == 1
 
 
-def test_choose_rate_lowest_then_smaller():
-    points = [{"learning_rate": r, "validation_error": [0.5, e]} for r, e in [(0.1, 0.05), (0.01, 0.05), (0.3, 0.2)]]
-    assert bp.choose_rate(points) == 0.01
-    assert bp.choose_rate(points[2:]) == 0.3
-    with pytest.raises(ValueError):
-        bp.choose_rate([])
-
-
-def test_result_json_has_the_ebp_fields(tiny, tmp_path):
-    result = bp.run(tiny, tmp_path / "run", echo=lambda *_: None)
-    on_disk = json.loads((tmp_path / "run" / bp.RESULT_FILE).read_text())
-    assert on_disk == result
-    for key in ("format", "parameters", "protocol", "finished", "epochs_done", "n_train_images",
-                "train_error_images", "final", "history", "train_seconds", "wall_seconds", "versions",
-                "git_commit", "git_dirty", "sessions", "learning_rate", "learning_rate_grid"):
-        assert key in result, key
-    assert result["finished"] and result["epochs_done"] == 2 and result["protocol"] == "shortened"
-    assert result["parameters"] == tiny and result["versions"]["scikit-learn"] is not None
-    assert [r["epoch"] for r in result["history"]] == [1, 2]
-    assert result["final"] == {k: result["history"][-1][k] for k in ("test_error", "train_error")}
-    assert 0 < result["final"]["test_error"] < 0.5  # 500 images, 2 epochs: far better than chance (0.9)
-    assert result["learning_rate"] == bp.choose_rate(result["learning_rate_grid"]["points"])
-    assert {"host", "cpu", "git_commit", "wall_seconds"} <= set(result["sessions"][0])
-    assert not (tmp_path / "run" / bp.CHECKPOINT_FILE).exists()
-
-
-def test_interrupted_run_resumes_bit_identically(tiny, tmp_path, monkeypatch):
-    straight = bp.run(tiny, tmp_path / "a", echo=lambda *_: None)
-    calls = []
-    real_point = bp.grid_point
-
-    def interrupt_after_one(*args):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(args[1])
-        return real_point(*args)
-    monkeypatch.setattr(bp, "grid_point", interrupt_after_one)
-    with pytest.raises(KeyboardInterrupt):
-        bp.run(tiny, tmp_path / "b", echo=lambda *_: None)
-    partial = bp.read_result(tmp_path / "b")
-    assert partial["phase"] == "grid" and len(partial["learning_rate_grid"]["points"]) == 1
-    monkeypatch.setattr(bp, "grid_point", lambda *args: calls.append(args[1]) or real_point(*args))
-    stopped = bp.run(tiny, tmp_path / "b", echo=lambda *_: None, stop_after_epochs=1)
-    assert calls == [0.01, 0.1]  # the second session trained only the rate the first had not
-    assert not stopped["finished"] and stopped["epochs_done"] == 1
-    assert (tmp_path / "b" / bp.CHECKPOINT_FILE).exists()
-    resumed = bp.run(tiny, tmp_path / "b", echo=lambda *_: None)
-    strip = lambda h: [{k: v for k, v in r.items() if k != "train_seconds"} for r in h]  # noqa: E731
-    assert strip(resumed["history"]) == strip(straight["history"])
-    assert [p["validation_error"] for p in resumed["learning_rate_grid"]["points"]] == \
-        [p["validation_error"] for p in straight["learning_rate_grid"]["points"]]
-    assert len(resumed["sessions"]) == 3 and resumed["sessions"][-1]["from_epoch"] == 1
-
-
-def test_a_folder_with_other_parameters_is_left_alone(tiny, tmp_path):
-    bp.run(tiny, tmp_path / "run", echo=lambda *_: None)
-    before = (tmp_path / "run" / bp.RESULT_FILE).read_text()
-    other = {**tiny, "seed": 1}
+def test_a_folder_of_another_run_is_refused_and_left_alone(small_run):
+    params, folder, data_dir = small_run
+    bp.run(params, folder, data_dir, echo=lambda *_: None, allow_dirty=True, stop_after_epochs=1)
+    before = (folder / bp.RESULT_FILE).read_bytes()
+    other = {**params, "seed": 5}
     with pytest.raises(ValueError, match="other parameters.*seed"):
-        bp.run(other, tmp_path / "run", echo=lambda *_: None)
-    assert (tmp_path / "run" / bp.RESULT_FILE).read_text() == before
+        bp.run(other, folder, data_dir, allow_dirty=True)
+    assert (folder / bp.RESULT_FILE).read_bytes() == before
 
 
-def test_ebp_neighbour_is_seed_0_whichever_seed_is_read_first():
-    """With three finished seeds of a Table 2 run, the comparison uses seed 0 in any reading order; a more
-    complete run of another seed still wins over an unfinished seed 0."""
-    def run(seed, epochs=120, finished=True):
-        return {"parameters": {"dataset": "mnist", "architecture": "800", "weights": "binary", "dropout": None,
-                               "preprocessing": "pixel", "std_floor": 0, "init_scale": 1, "seed": seed},
-                "protocol": "paper", "finished": finished, "epochs_done": epochs, "n_train_images": 60000}
-    runs = [run(1), run(0), run(2)]
-    for order in (runs, runs[::-1]):
-        assert bp.ebp_table2_results(order, "mnist")[("800", "binary")]["parameters"]["seed"] == 0
-    partial_seed0 = [run(0, epochs=50, finished=False), run(1)]
-    assert bp.ebp_table2_results(partial_seed0, "mnist")[("800", "binary")]["parameters"]["seed"] == 1
-
-
-def test_runner_skips_finished_runs_and_lists_them(real_data_dir, tmp_path, capsys):
-    argv = ["tanh-200", "--dataset", "mnist", "--out", str(tmp_path), "--n-train", "500", "--n-validation",
-            "100", "--epochs", "1", "--grid-epochs", "1", "--grid", "0.01", "0.1"]
-    assert run_backprop.main(argv) == 0
-    path = tmp_path / "mnist" / "tanh-200" / bp.RESULT_FILE
-    before = path.read_text()
-    capsys.readouterr()
-    assert run_backprop.main(argv) == 0
-    assert "finished, skipped" in capsys.readouterr().out
-    assert path.read_text() == before
-    assert run_backprop.main(argv + ["--list"]) == 0
-    assert "finished: test error" in capsys.readouterr().out
-
-
-def test_bad_input_is_refused_clearly():
-    with pytest.raises(ValueError, match="unknown configuration"):
-        bp.make_parameters("mnist", "relu-800")
-    with pytest.raises(ValueError, match="unknown dataset"):
-        bp.make_parameters("cifar", "tanh-800")
-    with pytest.raises(ValueError, match="distinct positive"):
-        bp.make_parameters("mnist", "tanh-800", learning_rate_grid=[0.1, -1])
-    with pytest.raises(ValueError, match="n_validation"):
-        bp.make_parameters("mnist", "tanh-800", n_train=100, n_validation=100)
-    with pytest.raises(SystemExit):
-        run_backprop.parse_args(["relu-800"])
+def test_dirty_code_is_refused_unless_allowed(monkeypatch, tmp_path):
+    monkeypatch.setattr(bp.ex, "git_state", lambda *a, **k: {"git_commit": "abc", "git_dirty": True,
+                                                               "git_changed": ["ebp_lib.py"]})
+    with pytest.raises(bp.DirtyTreeError, match="ebp_lib.py.*--allow-dirty"):
+        bp.run(bp.make_parameters("mnist", "tanh-200", **SMALL), tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    assert bp.code_state(allow_dirty=True)["allowed_dirty"] is True
