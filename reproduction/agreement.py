@@ -106,3 +106,50 @@ def outside_list(table: int, rows: list[dict], variants: dict, variant: str = "m
         explained = mechanisms(r, rows, variants, variant)
         lines.append(f"- {cell_line(r, cells[ex.cell_key(r)])}: {'; '.join(explained) or 'unexplained'}.")
     return "\n".join(lines)
+
+
+TABLE_MARKERS = {2: "o", 3: "s", 4: "^"}
+
+
+def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4)):
+    """Ours against the paper for every finished cell of `tables` (one variant's cells): mean over seeds with
+    ±2 combined standard error bars, the diagonal, log axes (errors span 1.5-35%); the cells outside the band
+    are filled and labelled."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter
+
+    fig, ax = plt.subplots(figsize=(6.4, 6.0))
+    low, high = math.inf, 0.0
+    for table in tables:
+        for row in (r for r in rows if r["table"] == table):
+            cell = cells.get(ex.cell_key(row))
+            judged = band(row, cell)
+            if judged is None:
+                continue
+            paper, ours = row["paper_error"], cell.mean
+            low, high = min(low, paper, ours), max(high, paper, ours)
+            colour = "tab:red" if judged["outside"] else "tab:blue"
+            ax.errorbar(paper, ours, yerr=judged["tolerance"], fmt=TABLE_MARKERS[table], color=colour, ms=5,
+                        mfc=colour if judged["outside"] else "white", elinewidth=0.8, capsize=2, zorder=3)
+            if judged["outside"]:
+                ax.annotate(f"T{table} {row['row']} {row['column']}", (paper, ours), fontsize=6,
+                            xytext=(4, -3), textcoords="offset points")
+    if high == 0.0:
+        ax.text(0.5, 0.5, "no finished cells yet", transform=ax.transAxes, ha="center")
+        return fig
+    limits = (low / 1.15, high * 1.15)
+    ax.plot(limits, limits, color="grey", lw=0.8, zorder=1)
+    for table in tables:
+        ax.plot([], [], TABLE_MARKERS[table], color="tab:blue", mfc="white", label=f"Table {table}")
+    ax.plot([], [], "o", color="tab:red", label="paper outside our band (labelled)")
+    ax.set(xscale="log", yscale="log", xlim=limits, ylim=limits, xlabel="paper: test error (%)",
+           ylabel="ours: test error (%), mean over seeds ± 2 combined SE",
+           title="Every cell of Tables 2-4: this reproduction against the paper")
+    ticks = [t for t in (1.5, 2, 3, 5, 10, 20, 30) if limits[0] <= t <= limits[1]]
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(FixedLocator(ticks))
+        axis.set_major_formatter(FixedFormatter([f"{t:g}" for t in ticks]))
+        axis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
