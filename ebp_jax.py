@@ -1,0 +1,148 @@
+"""EBP as automatic differentiation with frozen variances: the training step in JAX (docs/maths.md §EBP as a
+gradient).
+
+EBP's increments are the gradient of the mean-field network's log-likelihood,
+
+    ln P(y | x) = Σ_k ln Φ(y_k μ_{L,k} / σ_{L,k}),
+
+with respect to the mean weights ⟨W⟩ and the biases b, computed through the forward pass (docs/maths.md §Forward
+pass) with every σ² held fixed. The chain rule then produces the backward pass by itself: ∂ln Φ(yμ/σ)/∂μ is the
+output Δ, dν/dμ = 2N(0|μ,σ²) is the factor 2 that the paper's Algorithm 1 drops, and ∂μ/∂⟨W⟩ = ν_prev/√N gives
+the increments δh = Σ_batch Δ ν_prev/√N. So
+
+    h ← h + ∂ln P/∂⟨W⟩,   b ← b + ∂ln P/∂b       (with stop_gradient on every σ²)
+
+is the whole training step: backprop on the mean network with no learning rate, applied to the natural
+parameters h. `ebp_step` is that program; tests/test_jax.py asserts it equals ebp_lib's step to rounding.
+
+`train_epoch` runs an epoch as one compiled call (`lax.scan` over minibatches); `train_group` runs several
+runs of one configuration at once (`vmap` over their parameters and data orders). Float32 matrix products use
+full float32 precision on every device (`MATMUL_PRECISION`): GPUs would otherwise default to TF32.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import erf, log_ndtr
+
+import ebp_lib
+
+MATMUL_PRECISION = jax.lax.Precision.HIGHEST
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: a static argument of jit
+class Structure:
+    """What a step needs besides the parameters, fixed for a network: weight type, dropout reading and keep
+    probability, each layer's connectivity mask (None: dense), whether masked weights are held, and N."""
+    weights: str
+    dropout: str | None
+    keep: float
+    masks: tuple
+    held: bool
+    norms: tuple
+
+
+def structure(net: ebp_lib.Network, dtype=None) -> Structure:
+    """The Structure of an ebp_lib network (its masks and N as arrays of `dtype`, default the network's)."""
+    dtype = dtype or net.layers[0].h.dtype
+    return Structure(net.weights, net.dropout, float(net.keep),
+                     tuple(None if layer.mask is None else jnp.asarray(layer.mask, dtype) for layer in net.layers),
+                     any(layer.held for layer in net.layers),
+                     tuple(jnp.asarray(layer.n, dtype) for layer in net.layers))
+
+
+def parameters(net: ebp_lib.Network, dtype=None) -> list[tuple[jax.Array, jax.Array]]:
+    """[(h, b) per layer] of an ebp_lib network as JAX arrays."""
+    return [(jnp.asarray(layer.h, dtype), jnp.asarray(layer.b, dtype)) for layer in net.layers]
+
+
+def weight_moments(h, mask, s: Structure):
+    """⟨W⟩ and ⟨W²⟩ (binary: tanh h and 1; real: h and h² + 1), zero where a weight is absent."""
+    mean, second = (jnp.tanh(h), jnp.ones_like(h)) if s.weights == "binary" else (h, h * h + 1.0)
+    if mask is not None and not s.held:
+        mean, second = mean * mask, second * mask
+    return mean, second
+
+
+def _matmul(a, b):
+    return jnp.matmul(a, b, precision=MATMUL_PRECISION)
+
+
+def log_likelihood(means, biases, seconds, x, y, input_masks, s: Structure):
+    """ln P(y | x) summed over the minibatch, as a function of the mean weights and biases, with σ² frozen.
+
+    The forward pass is ebp_lib.forward's: μ = (⟨W⟩ν + b)/√N, σ² = (Σ⟨W²⟩⟨v²⟩ − Σ⟨W⟩²ν² + 1)/N,
+    ν = erf(μ/√(2σ²)); `input_masks` are the sampled dropout masks of every layer's inputs (None: no mask).
+    """
+    nu, v2, nu2 = x, x * x, x * x
+    if s.dropout == "analytic":
+        nu2 = (1.0 - 4.0 * s.keep * (1.0 - s.keep)) * nu2
+    last = len(means) - 1
+    for k, (m, b, w2, n) in enumerate(zip(means, biases, seconds, s.norms)):
+        if input_masks[k] is not None:
+            nu = nu * input_masks[k]
+            v2 = input_masks[k] if v2 is None else v2 * input_masks[k]
+            nu2 = nu * nu
+        second = jnp.sum(w2, axis=1) if v2 is None else _matmul(v2, w2.T)
+        sigma2 = jax.lax.stop_gradient((second - _matmul(nu2, (m * m).T) + 1.0) / n)
+        mu = (_matmul(nu, m.T) + b) / jnp.sqrt(n)
+        if k == last:
+            return jnp.sum(log_ndtr(y * mu / jnp.sqrt(sigma2)))
+        nu = erf(mu / jnp.sqrt(2.0 * sigma2))
+        v2, nu2 = None, nu * nu
+
+
+def ebp_step(params, x, y, input_masks, s: Structure):
+    """One EBP step: h += ∂ln P/∂⟨W⟩ (0 where a weight is masked out), b += ∂ln P/∂b, σ² frozen."""
+    moments = [weight_moments(h, mask, s) for (h, _), mask in zip(params, s.masks)]
+    means, seconds = [m for m, _ in moments], [w2 for _, w2 in moments]
+    biases = [b for _, b in params]
+    d_means, d_biases = jax.grad(log_likelihood, argnums=(0, 1))(means, biases, seconds, x, y, input_masks, s)
+    return [(h + (dm if mask is None else dm * mask), b + db)
+            for (h, b), dm, db, mask in zip(params, d_means, d_biases, s.masks)]
+
+
+def no_masks(s: Structure) -> tuple:
+    return (None,) * len(s.norms)
+
+
+@partial(jax.jit, static_argnames=("s", "batch_size"))
+def train_epoch(params, x, y, order, s: Structure, batch_size: int):
+    """One epoch as one compiled call: EBP steps on x[order[0:B]], x[order[B:2B]], ... (lax.scan). Without
+    sampled dropout (its masks come from the caller's generator, see ebp_step); len(order) must be a multiple of
+    the batch size."""
+    batches = order.reshape(-1, batch_size)
+
+    def step(carry, idx):
+        return ebp_step(carry, x[idx], y[idx], no_masks(s), s), None
+
+    params, _ = jax.lax.scan(step, params, batches)
+    return params
+
+
+@partial(jax.jit, static_argnames=("s", "batch_size"))
+def train_group(group_params, x, y, orders, s: Structure, batch_size: int):
+    """One epoch of several runs at once: `group_params` and `orders` carry a leading run axis (one data order
+    per run); each run's steps are exactly those train_epoch takes for it alone."""
+    return jax.vmap(lambda p, o: train_epoch(p, x, y, o, s, batch_size))(group_params, orders)
+
+
+def stack_runs(runs: list) -> list:
+    """[(h, b) per layer] of several runs -> the same with a leading run axis (train_group's layout)."""
+    return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *runs)
+
+
+def unstack_run(group_params, i: int) -> list:
+    return jax.tree_util.tree_map(lambda a: a[i], group_params)
+
+
+def to_network(net: ebp_lib.Network, params) -> ebp_lib.Network:
+    """A copy of `net` holding `params` (as numpy arrays of the network's dtype)."""
+    out = ebp_lib.Network([ebp_lib.Layer(np.asarray(h, layer.h.dtype), np.asarray(b, layer.b.dtype), layer.mask,
+                                         layer.held) for (h, b), layer in zip(params, net.layers)],
+                          net.weights, net.architecture, net.input_side, net.dropout, net.keep, net.mask_reading)
+    return out

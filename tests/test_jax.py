@@ -1,0 +1,88 @@
+"""The JAX engine: EBP's step written as jax.grad of ln P with frozen variances equals ebp_lib's step."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)
+
+import ebp_jax  # noqa: E402  (x64 must be enabled before the module builds arrays)
+import ebp_lib  # noqa: E402
+
+CONFIGS = [  # (weights, architecture, dropout, mask reading)
+    ("binary", [12, 10], None, "absent"), ("real", [12, 10], None, "absent"),
+    ("binary", [12, 9, 10], None, "absent"), ("real", [12, 9, 10], None, "absent"),
+    ("binary", [12, 9, 10], "sampled", "absent"), ("real", [12, 9, 10], "sampled", "absent"),
+    ("binary", [12, 10], "analytic", "absent"), ("real", [12, 9, 10], "analytic", "absent"),
+    ("binary", [("local", 3), 10], None, "absent"), ("real", [("local", 3), ("local", 2), 10], None, "absent"),
+    ("binary", [("local", 3), 10], None, "held"), ("real", [("local", 3), 10], "sampled", "held"),
+]
+
+
+def small_data(n, side=6, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, side * side))
+    return x, ebp_lib.one_vs_all(rng.integers(0, 10, n))
+
+
+def dropout_masks(net, batch, rng):
+    """The Bernoulli masks ebp_lib.forward draws from `rng` for one training step, in the same order."""
+    if net.dropout != "sampled":
+        return (None,) * len(net.layers)
+    return tuple((rng.random((batch, width)) < net.keep).astype(np.float64) for width in net.sizes[:-1])
+
+
+@pytest.mark.parametrize("weights, architecture, dropout, mask_reading", CONFIGS)
+def test_grad_with_frozen_variances_is_ebp(weights, architecture, dropout, mask_reading):
+    """Five float64 steps of minibatch 8: h and b agree with ebp_lib's reference step to 1e-12 relative
+    (the two differ only in the rounding of erf, log Φ and summation order)."""
+    net = ebp_lib.init_network(architecture, weights, seed=1, input_side=6, dropout=dropout,
+                               mask_reading=mask_reading)
+    s, params = ebp_jax.structure(net), ebp_jax.parameters(net)
+    x, y = small_data(40)
+    rng_lib, rng_jax = np.random.default_rng(7), np.random.default_rng(7)
+    for step in range(5):
+        xb, yb = x[8 * step:8 * step + 8], y[8 * step:8 * step + 8]
+        ebp_lib.train_step(net, xb, yb, rng=rng_lib, engine="reference")
+        params = ebp_jax.ebp_step(params, xb, yb, dropout_masks(net, 8, rng_jax), s)
+    for layer, (h, b) in zip(net.layers, params):
+        scale = max(1.0, np.abs(layer.h).max())
+        np.testing.assert_allclose(np.asarray(h), layer.h, rtol=0, atol=1e-12 * scale)
+        np.testing.assert_allclose(np.asarray(b), layer.b, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.b).max()))
+
+
+def test_a_run_trained_in_a_group_equals_the_run_trained_alone():
+    """vmap over three runs (own initial weights, own data orders): each run's parameters after an epoch are
+    exactly those of train_epoch on that run alone (float64)."""
+    x, y = small_data(48, seed=3)
+    nets = [ebp_lib.init_network([12, 10], "binary", seed=seed, input_side=6) for seed in range(3)]
+    s = ebp_jax.structure(nets[0])
+    orders = np.stack([np.random.default_rng(seed).permutation(48) for seed in range(3)])
+    group = ebp_jax.train_group(ebp_jax.stack_runs([ebp_jax.parameters(n) for n in nets]), x, y, orders, s, 6)
+    for i, net in enumerate(nets):
+        alone = ebp_jax.train_epoch(ebp_jax.parameters(net), x, y, orders[i], s, 6)
+        for (h_group, b_group), (h_alone, b_alone) in zip(ebp_jax.unstack_run(group, i), alone):
+            np.testing.assert_allclose(np.asarray(h_group), np.asarray(h_alone), rtol=0, atol=1e-13)
+            np.testing.assert_allclose(np.asarray(b_group), np.asarray(b_alone), rtol=0, atol=1e-13)
+
+
+def test_an_epoch_in_one_call_equals_the_reference_epoch():
+    """train_epoch (lax.scan over 12 minibatches) against ebp_lib.train_steps in the same order (float64)."""
+    x, y = small_data(48, seed=4)
+    net = ebp_lib.init_network([12, 9, 10], "real", seed=2, input_side=6)
+    s = ebp_jax.structure(net)
+    order = np.random.default_rng(0).permutation(48)
+    params = ebp_jax.train_epoch(ebp_jax.parameters(net), x, y, order, s, 4)
+    ebp_lib.train_steps(net, x, y, order, 4, np.random.default_rng(0), engine="reference")
+    for layer, (h, b) in zip(net.layers, params):
+        np.testing.assert_allclose(np.asarray(h), layer.h, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.h).max()))
+        np.testing.assert_allclose(np.asarray(b), layer.b, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.b).max()))
+
+
+def test_matrix_products_use_full_float32_precision():
+    assert ebp_jax.MATMUL_PRECISION == jax.lax.Precision.HIGHEST
+    a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    exact = a.astype(np.float64) @ a.astype(np.float64)
+    product = np.asarray(ebp_jax._matmul(jax.numpy.asarray(a), jax.numpy.asarray(a)), np.float64)
+    assert np.max(np.abs(product - exact)) < 1e-4  # TF32 (10-bit mantissa) would err by about 1e-2 here
