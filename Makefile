@@ -3,15 +3,18 @@
 #   make reproduce   set up, then run the main job: regenerate Tables 2-4 (quick profile; PROFILE=paper for the
 #                    paper's protocol; DATASET=fashion-mnist for the same runs on Fashion-MNIST) with
 #                    scripts/run_tables.py, skipping finished runs, and render that profile's runs with a copy of
-#                    notebooks/tables.ipynb executed into outputs/runs/$(RESULTS)/tables.ipynb (it writes
-#                    outputs/runs/$(PROFILE)/tables.md and, MNIST beside Fashion-MNIST,
-#                    outputs/runs/$(PROFILE)-fashion-mnist/tables.md)
+#                    notebooks/tables.ipynb executed into $(RUNS_DIR)/$(RESULTS)/tables.ipynb (it writes
+#                    $(RUNS_DIR)/$(PROFILE)/tables.md and, MNIST beside Fashion-MNIST,
+#                    $(RUNS_DIR)/$(PROFILE)-fashion-mnist/tables.md); RUNS_DIR is outputs/runs unless given
 #   make test        set up, then run the whole test suite (pytest: tests/ and notebooks/ through nbval)
 # Also: make lab (JupyterLab on the notebooks), make demo (one short training run), make benchmark (fast engine
-# against the reference), make backprop (the scikit-learn baseline), make binary-benchmark (the bit-packed binary network against the float one),
+# against the reference), make backprop (the backprop baseline), make binary-benchmark (the bit-packed binary network against the float one),
 # make test-portability (the suite under other OpenBLAS / numba / numpy kernels).
 # No command rewrites a tracked file unless asked: the benchmark writes .cache/benchmark.json (BENCHMARK_OUT=... to
 # change it, e.g. outputs/benchmark.json to record a new benchmark).
+
+# `make` with no target lists the targets (make help).
+.DEFAULT_GOAL := help
 
 # python3.11 if it runs, else python3.
 BOOTSTRAP_PYTHON := $(shell for p in python3.11 python3; do $$p -c 'import sys' >/dev/null 2>&1 && { echo $$p; break; }; done)
@@ -26,45 +29,64 @@ THREADS_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=$${OP
 
 PROFILE ?= quick
 DATASET ?= mnist
-# The runs' folder under outputs/runs/, as ebp_experiments.results_folder names it: $(PROFILE) for MNIST (the
+# The runs' folder under $(RUNS_DIR), as reproduction.folder.results_folder names it: $(PROFILE) for MNIST (the
 # paper's data set), $(PROFILE)-$(DATASET) for another.
 RESULTS := $(PROFILE)$(if $(filter-out mnist,$(DATASET)),-$(DATASET))
+# Where reproduce trains and renders: outputs/runs, whose quick and paper folders hold the committed runs (they are
+# skipped), or another folder, e.g. RUNS_DIR=$$(mktemp -d) to train every run from scratch as .ci/run does.
+# Absolute for the tables notebook, which runs in notebooks/.
+RUNS_DIR ?= outputs/runs
+RUNS_PATH := $(abspath $(RUNS_DIR))
 
 .PHONY: reproduce lab demo benchmark binary-benchmark backprop test test-portability venv clean-venv
 
 reproduce: $(STAMP)
-	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) --dataset $(DATASET) $(RUN_ARGS)
-	$(THREADS_ENV) $(PYTHON) -m papermill notebooks/tables.ipynb outputs/runs/$(RESULTS)/tables.ipynb \
-		--cwd notebooks -p profile $(PROFILE) -p committed_only False
+	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) --dataset $(DATASET) \
+		--runs-dir $(RUNS_PATH) $(RUN_ARGS)
+	$(THREADS_ENV) $(PYTHON) -m papermill notebooks/tables.ipynb $(RUNS_PATH)/$(RESULTS)/tables.ipynb \
+		--cwd notebooks -p profile $(PROFILE) -p committed_only False -p runs_dir $(RUNS_PATH) \
+		-p tables_markdown '$(RUNS_PATH)/{profile}/tables.md' -p comparison_markdown '$(RUNS_PATH)/{folder}/tables.md'
 
 demo: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/demo.py
 
 BENCHMARK_OUT ?= .cache/benchmark.json
 
+# Jupyter refuses to start as root (as in most containers) unless given --allow-root. LAB_ARGS: more options,
+# e.g. LAB_ARGS="--no-browser --port 8890".
+LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: $(STAMP)
-	$(PYTHON) -m jupyter lab notebooks/
+	@echo "Starting JupyterLab on notebooks/: open the URL it prints below, http://127.0.0.1:<port>/lab?token=..."
+	$(PYTHON) -m jupyter lab notebooks/ $(LAB_ROOT) $(LAB_ARGS)
 
+# BENCHMARK_ARGS: more options of scripts/benchmark.py, e.g. "--seconds 0.2 --skip-epoch" for a short look.
 benchmark: $(STAMP)
-	$(THREADS_ENV) $(PYTHON) scripts/benchmark.py --out $(BENCHMARK_OUT)
+	$(THREADS_ENV) $(PYTHON) scripts/benchmark.py --out $(BENCHMARK_OUT) $(BENCHMARK_ARGS)
 
-# The backprop baseline (scikit-learn): every configuration on MNIST and Fashion-MNIST, skipping finished runs.
+# The backprop baseline (reproduction/backprop.py): every configuration on MNIST and Fashion-MNIST, skipping finished runs.
 backprop: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/run_backprop.py --all
 
 # The bit-packed binary network against the float32 EBP-D path (outputs/binary_inference.json records one run).
 BINARY_BENCHMARK_OUT ?= .cache/binary_inference.json
 
+# BINARY_BENCHMARK_ARGS: more options of scripts/binary_inference.py, e.g. "--n-train 2000 --rounds 1".
 binary-benchmark: $(STAMP)
-	$(THREADS_ENV) NUMBA_NUM_THREADS=1 $(PYTHON) scripts/binary_inference.py --out $(BINARY_BENCHMARK_OUT)
+	$(THREADS_ENV) NUMBA_NUM_THREADS=1 $(PYTHON) scripts/binary_inference.py --out $(BINARY_BENCHMARK_OUT) \
+		$(BINARY_BENCHMARK_ARGS)
 
 # Serial by default. `make test PYTEST_ARGS="-n 2 --dist loadfile"` runs two pytest-xdist workers (loadfile keeps
 # each notebook's cells on one worker and kernel; plain -n 2 would split a notebook across workers). Measured on
 # this 2-core machine under heavy outside load: 229 passed both ways, 387 s serial vs 293 s with -n 2, the same
 # CPU time (about 135 s user+sys), so on an idle machine the gain is at most about a minute, not worth doubling memory and
 # racing the timing-sensitive kill-and-resume test against a second worker.
-test: $(STAMP)
+test: lint
 	$(THREADS_ENV) $(PYTHON) -m pytest --durations=15 $(PYTEST_ARGS)
+
+# ruff with the rules of pyproject.toml, over the code, the tests and the notebooks (make test runs it first).
+lint: $(STAMP)
+	$(PYTHON) -m ruff check .
 
 # The whole suite under other kernel selections (OPENBLAS_CORETYPE, NUMBA_CPU_NAME, NPY_DISABLE_CPU_FEATURES),
 # one after another (about 4x the time of `make test`); PORTABILITY_OUT=outputs/portability.json records it.
@@ -75,11 +97,47 @@ test-portability: $(STAMP)
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+# The project itself is installed editable (pyproject.toml), without a download: notebooks, scripts and Dask
+# workers import ebp_lib and the reproduction package from .venv, wherever they run.
+$(STAMP): requirements.txt pyproject.toml
 	@test -n "$(BOOTSTRAP_PYTHON)" || { echo "error: need python3.11 (or python3) on PATH" >&2; exit 1; }
 	test -x $(PYTHON) || $(BOOTSTRAP_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install -r requirements.txt
+	$(PYTHON) -m pip install --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The notebooks (00-09, then tables, comparison, experiment) and docs/maths.md as a static HTML book, built
+# offline from the committed outputs (never executed) by Jupyter Book 1.x with book/_config.yml and
+# book/_toc.yml; open $(BOOK_OUT)/_build/html/index.html. tests/test_book.py builds it again and reads every
+# page in headless Chromium.
+BOOK_OUT ?= .cache/book
+
+book: $(STAMP)
+	$(PYTHON) scripts/build_book.py --out $(BOOK_OUT)
+
+# One line per target; tests/test_makefile.py fails when a target has none.
+define HELP
+make TARGET, where TARGET is one of (all but help and clean-venv first set up .venv from requirements.txt):
+  reproduce         regenerate Tables 2-4 (PROFILE=quick|paper, DATASET=mnist|fashion-mnist) and render them
+  test              the whole test suite: tests/ and every notebook through nbval (the README's test command)
+  book              the notebooks and docs/maths.md as an HTML book, offline: .cache/book/_build/html/index.html
+  lab               JupyterLab on notebooks/
+  demo              one short training run
+  benchmark         the fast engine against the reference (writes .cache/benchmark.json)
+  backprop          the backprop baseline (tanh MLPs, fair protocol), every configuration, skipping finished runs
+  binary-benchmark  the bit-packed binary network against the float32 one (writes .cache/binary_inference.json)
+  test-portability  the whole test suite under other OpenBLAS / numba / numpy kernels
+  lint              ruff over the code, tests and notebooks (the rules are in pyproject.toml; make test runs it)
+  venv              create or update .venv only
+  clean-venv        delete .venv
+  help              this list (what `make` alone prints)
+endef
+export HELP
+
+help:
+	@echo "$$HELP"
+
+.PHONY: book help lint

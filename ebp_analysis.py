@@ -10,12 +10,28 @@ They are analysis, not the algorithm (ebp_lib) and not a check of it (ebp_checks
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 from scipy import special
 
-from ebp_lib import (DEFAULT_ENGINE, Dataset, Layer, Network, backward, check_training, evaluate, forward,
-                     layer_moments, train_steps, update, weight_moments)
+from ebp_data import Dataset
+from ebp_lib import (
+    DEFAULT_ENGINE,
+    Network,
+    backward,
+    check_training,
+    ebp_d_parameters,
+    evaluate,
+    forward,
+    hard_sign,
+    layer_moments,
+    sign_network,
+    train_steps,
+    unit_mean,
+    update,
+    weight_moments,
+)
 
 
 def learning_curve(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,
@@ -156,14 +172,9 @@ def occlusion_map(score, x: np.ndarray, side: int, patch: int, fill=0.0) -> np.n
 
 
 # ----------------------------------------------------------------------------------------------------------
-# EBP-D against EBP-P in nets with two hidden layers (issue 14 item 5; scripts/ebp_d_gap.py,
-# outputs/ablations/ebp-d-gap/). Each function reads a trained network one way; none changes it.
+# EBP-D against EBP-P in nets with two hidden layers (scripts/ebp_d_gap.py, outputs/ablations/ebp-d-gap/). Each
+# function reads a trained network one way, through ebp_lib.sign_network or ebp_lib.forward; none changes it.
 # ----------------------------------------------------------------------------------------------------------
-
-def _hard_sign(u: np.ndarray) -> np.ndarray:
-    """±1 with +1 at 0 (ebp_lib.output_ebp_d's convention)."""
-    return np.where(u >= 0, 1.0, -1.0).astype(u.dtype)
-
 
 def _no_dropout(net: Network, name: str) -> None:
     if net.dropout is not None:
@@ -176,12 +187,7 @@ def ebp_d_authors(net: Network, x: np.ndarray) -> np.ndarray:
     the binary code has sign(h) (the paper's W = h). No √N anywhere: it would scale all of a layer's inputs
     alike. ebp_lib.output_ebp_d can differ from it only where a hidden pre-activation is exactly 0 (+1 there)."""
     _no_dropout(net, "ebp_d_authors")
-    v = x
-    for k, layer in enumerate(net.layers):
-        w = np.sign(layer.h) if net.weights == "binary" else layer.h
-        u = v @ w.T + layer.b
-        v = u if k == len(net.layers) - 1 else np.sign(u)
-    return v
+    return sign_network(x, ebp_d_parameters(net), sign=np.sign)[-1]
 
 
 def mean_weight_ebp_d(net: Network, x: np.ndarray) -> np.ndarray:
@@ -191,12 +197,7 @@ def mean_weight_ebp_d(net: Network, x: np.ndarray) -> np.ndarray:
     EBP-P. Against output_ebp_d it measures what rounding the binary weights costs, against EBP-P what rounding
     the hidden units costs."""
     _no_dropout(net, "mean_weight_ebp_d")
-    v = x
-    for k, layer in enumerate(net.layers):
-        m, _ = weight_moments(layer, net.weights)
-        u = v @ m.T + layer.b
-        v = u if k == len(net.layers) - 1 else _hard_sign(u)
-    return v
+    return sign_network(x, [(weight_moments(layer, net.weights)[0], layer.b) for layer in net.layers])[-1]
 
 
 def partly_hard_outputs(net: Network, x: np.ndarray, hard=()) -> np.ndarray:
@@ -211,7 +212,7 @@ def partly_hard_outputs(net: Network, x: np.ndarray, hard=()) -> np.ndarray:
     nu, v2, nu2 = x, x * x, x * x
     for k, layer in enumerate(net.layers, start=1):
         mu, sigma2, _ = layer_moments(layer, net.weights, nu, v2, nu2)
-        nu = _hard_sign(mu) if k in hard else special.erf(mu / np.sqrt(2.0 * sigma2))
+        nu = hard_sign(mu) if k in hard else unit_mean(mu, sigma2)
         v2, nu2 = None, nu * nu
     return nu
 
@@ -222,13 +223,8 @@ def hidden_sign_disagreement(net: Network, x: np.ndarray) -> list[float]:
     0 in layer 1 (W = h makes sign(h x + b) = sign(μ_1)); in deeper layers it includes what layers below
     carried up."""
     _no_dropout(net, "hidden_sign_disagreement")
-    nus = forward(net, x).nu[:-1]
-    out, v = [], x
-    for layer, nu in zip(net.layers[:-1], nus):
-        w = np.sign(layer.h) if net.weights == "binary" else layer.h
-        v = _hard_sign(v @ w.T + layer.b)
-        out.append(float(np.mean(v != _hard_sign(nu))))
-    return out
+    hidden = sign_network(x, ebp_d_parameters(net))[:-1]
+    return [float(np.mean(v != hard_sign(nu))) for v, nu in zip(hidden, forward(net, x).nu[:-1])]
 
 
 def hidden_unit_certainty(net: Network, x: np.ndarray, threshold: float = 0.5) -> list[dict]:
@@ -268,13 +264,8 @@ def sampled_network_predictions(net: Network, x: np.ndarray, rng, n_samples: int
     _no_dropout(net, "sampled_network_predictions")
     out = np.empty((n_samples, len(x)), dtype=np.int64)
     for s in range(n_samples):
-        v = x
-        for k, layer in enumerate(net.layers):
-            u = v @ sample_weights(layer, net.weights, rng, 1)[0].T + layer.b
-            if bias_noise:
-                u = u + rng.standard_normal(len(layer.b))
-            v = u if k == len(net.layers) - 1 else _hard_sign(u)
-        out[s] = v.argmax(axis=1)
+        drawn = ((sample_weights(layer, net.weights, rng, 1)[0], layer.b) for layer in net.layers)
+        out[s] = sign_network(x, drawn, noise=rng.standard_normal if bias_noise else None)[-1].argmax(axis=1)
     return out
 
 
@@ -286,8 +277,8 @@ def vote(predictions: np.ndarray, n_classes: int = 10) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The authors' training loop (Binary_EBP_minibatch.m) where it differs from ebp_lib's (issue 14 item 5;
-# scripts/ebp_d_gap.py --loop): overlapping minibatches of batch_size + 1 images, and a ⟨W⟩ one step stale.
+# The authors' training loop (Binary_EBP_minibatch.m) where it differs from ebp_lib's (scripts/ebp_d_gap.py
+# --loop): overlapping minibatches of batch_size + 1 images, and a ⟨W⟩ one step stale.
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -303,8 +294,7 @@ def overlapping_minibatches(order: np.ndarray, batch_size: int) -> list[np.ndarr
 
 def _with_weights(net: Network, hs: list[np.ndarray]) -> Network:
     """A network that shares `net`'s biases, masks and settings but has the natural parameters / means `hs`."""
-    layers = [Layer(h, layer.b, layer.mask, layer.held) for layer, h in zip(net.layers, hs)]
-    return Network(layers, net.weights, net.architecture, net.input_side, net.dropout, net.keep, net.mask_reading)
+    return replace(net, layers=[replace(layer, h=h) for layer, h in zip(net.layers, hs)])
 
 
 def stale_mean_train_step(net: Network, x: np.ndarray, y: np.ndarray, stale_h: list[np.ndarray], rng=None,

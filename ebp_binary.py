@@ -1,4 +1,4 @@
-"""The deployed binary network: EBP-D with bit-packed weights, inferred by XNOR + popcount (issue 18).
+"""The deployed binary network: EBP-D with bit-packed weights, inferred by XNOR + popcount.
 
 A binary EBP network read out deterministically (EBP-D, `ebp_lib.output_ebp_d`) has weights W = sign(h) ∈ {−1, +1},
 a real bias b, hidden units v' = sign(p·(W v) + b) (+1 at 0; p is the keep probability under sampled dropout,
@@ -25,9 +25,11 @@ else 1) and a linear output layer whose argmax is the prediction. Nothing in it 
   BLAS's, so a unit whose pre-activation lies within a rigorous rounding bound of 0 (`near_tie_tolerance`) is
   decided by the exact rational sum instead (`exact_pre_activation`), and counted.
 
-Readable numpy first (`engine="numpy"`); the same computation as numba kernels at the end of the file
-(`engine="numba"`, measured faster by scripts/binary_inference.py and tested against the numpy version).
-Only public names of ebp_lib are used.
+Readable numpy first (`engine="numpy"`); the same computation by the compiled kernels of ebp_binary_kernels.py
+(`engine="numba"`, measured faster by scripts/binary_inference.py, outputs/binary_inference.json), driven from
+the end of this file. tests/test_kernels.py checks each kernel against its numpy function here, and
+tests/test_binary_inference.py both engines against ebp_lib.output_ebp_d and each other. EBP-D's weights come
+from ebp_lib.ebp_d_parameters.
 """
 from __future__ import annotations
 
@@ -40,12 +42,15 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-from numba import njit
+
+import ebp_binary_kernels as kernels
+from ebp_checkpoint import array_headers
+from ebp_lib import ebp_d_parameters
 
 FORMAT_NAME = "ebp-binary-packed"
 FORMAT_VERSION = 1
 WORD_BITS = 64
-ENGINES = ("numpy", "numba")
+INFERENCE_ENGINES = ("numpy", "numba")  # output_sums(engine=...): readable, compiled
 UNIT_ROUNDOFF = np.finfo(np.float64).eps / 2  # u = 2^-53
 NEAR_TIE_SAFETY = 16  # the tolerance is this many times (K + 2)·u·(p·Σ|x| + |b|), several times the error bounds
 
@@ -120,11 +125,6 @@ class PackedLayer:
     def n_units(self) -> int:
         return len(self.signs)
 
-    def weights(self) -> np.ndarray:
-        """The EBP-D weights as a (V, K) float64 matrix of −1, 0, +1 (for checks, not for inference)."""
-        w = np.where(unpack_bits(self.signs, self.n_inputs), 1.0, -1.0)
-        return w if self.connected is None else w * unpack_bits(self.connected, self.n_inputs)
-
 
 @dataclass
 class PackedNetwork:
@@ -149,13 +149,10 @@ def export_network(net) -> PackedNetwork:
         raise ValueError(f"cannot pack a {net.weights!r}-weight network: its EBP-D output multiplies by the real "
                          f"means h, which have no ±1 form; only binary networks (weights='binary') can be packed")
     layers = []
-    for k, layer in enumerate(net.layers):
+    for k, (layer, (w, _)) in enumerate(zip(net.layers, ebp_d_parameters(net))):  # w = sign(h), 0 off the mask
         if not (np.all(np.isfinite(layer.h)) and np.all(np.isfinite(layer.b))):
             raise ValueError(f"layer {k + 1} has non-finite h or b: there is no sign to pack; retrain or restore "
                              f"the network from a checkpoint")
-        w = np.sign(layer.h)
-        if layer.mask is not None:
-            w = w * layer.mask
         connected = pack_bits(w != 0) if np.any(w == 0) else None
         layers.append(PackedLayer(pack_bits(w > 0), connected, layer.b.astype(np.float64), layer.h.shape[1]))
     scale = float(net.keep) if net.dropout == "sampled" else 1.0
@@ -202,25 +199,25 @@ def save_packed(path, packed: PackedNetwork) -> None:
         raise OSError(err.errno, f"could not write {path}: {err.strerror or err}") from err
 
 
-def _read_arrays(path) -> dict:
-    """Every array of an .npz file, read without pickles; a damaged or non-npz file is a PackedFormatError."""
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            return {name: f[name] for name in f.files}
-    except FileNotFoundError:
-        raise
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as e:
-        raise PackedFormatError(f"{path}: cannot be read as an .npz archive ({type(e).__name__}: {e}); the file is "
-                                f"truncated or damaged, or was not written by ebp_binary.save_packed") from None
+MAX_TEXT_BYTES = 2 ** 20  # the JSON header (and an ebp_lib checkpoint's metadata, when one is named) is far below
 
 
-def _read_header(path, arrays: dict) -> dict:
+def _read_text(path, f, headers: dict, name: str) -> str:
+    """The JSON text stored as the 0-d string array `name`, read only if its declared size is that of a text."""
+    shape, dtype, size = headers[name]
+    if dtype.kind != "U" or shape != () or size > MAX_TEXT_BYTES:
+        raise PackedFormatError(f"{path}: array {name!r} is {dtype}{list(shape)} ({size} bytes), not a JSON text of "
+                                f"at most {MAX_TEXT_BYTES} bytes")
+    return str(f[name])
+
+
+def _read_header(path, f, headers: dict) -> dict:
     """The JSON header, checked for the format name and version; an ebp_lib checkpoint is named as such."""
-    if "header" not in arrays:
-        if "meta" in arrays and "h0" in arrays:
+    if "header" not in headers:
+        if "meta" in headers and "h0" in headers:
             try:
-                weights = json.loads(str(arrays["meta"]))["config"]["weights"]
-            except (ValueError, KeyError, TypeError):
+                weights = json.loads(_read_text(path, f, headers, "meta"))["config"]["weights"]
+            except (PackedFormatError, ValueError, KeyError, TypeError):
                 weights = "unknown"
             why = (" A real-weight network cannot be packed: its EBP-D weights are the real means h, which have no "
                    "±1 form." if weights == "real" else " Pack it with ebp_binary.save_packed(path, "
@@ -229,8 +226,10 @@ def _read_header(path, arrays: dict) -> dict:
                                     f"save_network), not a packed binary network.{why}")
         raise PackedFormatError(f"{path}: has no 'header' array; it was not written by ebp_binary.save_packed")
     try:
-        header = json.loads(str(arrays["header"]))
+        header = json.loads(_read_text(path, f, headers, "header"))
     except ValueError as e:
+        if isinstance(e, PackedFormatError):
+            raise
         raise PackedFormatError(f"{path}: its header is not valid JSON ({e})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
         raise PackedFormatError(f"{path}: the header does not name the format {FORMAT_NAME!r}")
@@ -241,15 +240,16 @@ def _read_header(path, arrays: dict) -> dict:
     return header
 
 
-def _check_array(path, arrays: dict, name: str, shape: tuple, dtype) -> np.ndarray:
-    if name not in arrays:
+def _check_array(path, headers: dict, name: str, shape: tuple, dtype) -> None:
+    """Refuse array `name` unless its declared dtype and shape (read from its .npy header, before its data) are
+    what the packed header implies."""
+    if name not in headers:
         raise PackedFormatError(f"{path}: array {name!r} is missing")
-    a = arrays[name]
-    if a.dtype != np.dtype(dtype):
-        raise PackedFormatError(f"{path}: array {name!r} has dtype {a.dtype}; the format stores {np.dtype(dtype)}")
-    if a.shape != shape:
-        raise PackedFormatError(f"{path}: array {name!r} has shape {a.shape}; the header implies {shape}")
-    return a
+    found, found_dtype, _ = headers[name]
+    if found_dtype != np.dtype(dtype):
+        raise PackedFormatError(f"{path}: array {name!r} has dtype {found_dtype}; the format stores {np.dtype(dtype)}")
+    if found != shape:
+        raise PackedFormatError(f"{path}: array {name!r} has shape {found}; the header implies {shape}")
 
 
 def _check_layer_arrays(path, k: int, signs, connected, b, n_inputs: int) -> None:
@@ -267,16 +267,32 @@ def _check_layer_arrays(path, k: int, signs, connected, b, n_inputs: int) -> Non
 def load_packed(path) -> PackedNetwork:
     """Read a packed network written by save_packed; refuses, naming the file and what was wrong, anything else:
     another format or version, missing or extra arrays, wrong dtypes or shapes, inconsistent layer sizes, bits
-    in the padding, a scale outside (0, 1], a truncated file, an ebp_lib checkpoint."""
-    arrays = _read_arrays(path)
-    header = _read_header(path, arrays)
+    in the padding, a scale outside (0, 1], a truncated file, an ebp_lib checkpoint. The header is read and
+    checked first, then every array's declared dtype and shape (from its .npy header) against what the header
+    implies, and only then the arrays' data: a small crafted file never makes it allocate more than it holds."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            try:
+                headers = array_headers(f)
+            except ValueError as e:
+                raise PackedFormatError(f"{path}: {e}") from None
+            return _load_packed(path, f, headers)
+    except (FileNotFoundError, PackedFormatError):
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as e:
+        raise PackedFormatError(f"{path}: cannot be read as an .npz archive ({type(e).__name__}: {e}); the file is "
+                                f"truncated or damaged, or was not written by ebp_binary.save_packed") from None
+
+
+def _load_packed(path, f, headers: dict) -> PackedNetwork:
+    header = _read_header(path, f, headers)
     specs = header.get("layers")
     scale = header.get("scale")
     if not isinstance(specs, list) or not specs:
         raise PackedFormatError(f"{path}: the header lists no layers")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1:
         raise PackedFormatError(f"{path}: scale {scale!r} must be a number in (0, 1] (the keep probability p)")
-    layers, expected = [], {"header"}
+    sizes, expected = [], {"header"}
     for k, spec in enumerate(specs):
         try:
             n_inputs, n_units, has_mask = int(spec["n_inputs"]), int(spec["n_units"]), bool(spec["connected"])
@@ -285,19 +301,25 @@ def load_packed(path) -> PackedNetwork:
                                     f"connected") from None
         if n_inputs < 1 or n_units < 1:
             raise PackedFormatError(f"{path}: layer {k + 1} has {n_inputs} inputs and {n_units} units")
-        if k > 0 and n_inputs != layers[-1].n_units:
+        if k > 0 and n_inputs != sizes[-1][1]:
             raise PackedFormatError(f"{path}: layer {k + 1} takes {n_inputs} inputs but layer {k} has "
-                                    f"{layers[-1].n_units} units")
+                                    f"{sizes[-1][1]} units")
         shape = (n_units, n_words(n_inputs))
-        signs = _check_array(path, arrays, f"signs{k}", shape, np.uint64)
-        connected = _check_array(path, arrays, f"connected{k}", shape, np.uint64) if has_mask else None
-        b = _check_array(path, arrays, f"b{k}", (n_units,), np.float64)
-        _check_layer_arrays(path, k, signs, connected, b, n_inputs)
+        _check_array(path, headers, f"signs{k}", shape, np.uint64)
+        if has_mask:
+            _check_array(path, headers, f"connected{k}", shape, np.uint64)
+        _check_array(path, headers, f"b{k}", (n_units,), np.float64)
         expected |= {f"signs{k}", f"b{k}"} | ({f"connected{k}"} if has_mask else set())
-        layers.append(PackedLayer(signs, connected, b, n_inputs))
-    if set(arrays) != expected:
-        raise PackedFormatError(f"{path}: unexpected arrays {sorted(set(arrays) - expected)} for the "
+        sizes.append((n_inputs, n_units, has_mask))
+    if set(headers) != expected:
+        raise PackedFormatError(f"{path}: unexpected arrays {sorted(set(headers) - expected)} for the "
                                 f"{len(specs)} layers its header lists")
+    layers = []  # every declared dtype and shape checked: now the data, which is what the header says
+    for k, (n_inputs, _, has_mask) in enumerate(sizes):
+        signs, b = f[f"signs{k}"], f[f"b{k}"]
+        connected = f[f"connected{k}"] if has_mask else None
+        _check_layer_arrays(path, k, signs, connected, b, n_inputs)
+        layers.append(PackedLayer(signs, connected, b, n_inputs))
     return PackedNetwork(layers, float(scale), header.get("source", {}))
 
 
@@ -396,7 +418,7 @@ def _check_inputs(packed: PackedNetwork, x) -> np.ndarray:
     x = np.asarray(x)
     if x.ndim != 2 or x.shape[1] != packed.layers[0].n_inputs:
         raise ValueError(f"inputs have shape {x.shape}; this network needs (n, {packed.layers[0].n_inputs}) "
-                         f"(flattened, standardised images as ebp_lib.load_dataset gives them)")
+                         f"(flattened, standardised images as ebp_data.load_dataset gives them)")
     return np.ascontiguousarray(x, dtype=np.float64)
 
 
@@ -407,8 +429,8 @@ def output_sums(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | 
     engine: "numpy" (readable, below) or "numba" (the compiled kernels at the end; the same numbers). If `counts`
     is a dict, counts["near_ties"] is increased by the first-layer units decided by the exact sum.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose one of {ENGINES}")
+    if engine not in INFERENCE_ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {INFERENCE_ENGINES}")
     x = _check_inputs(packed, x)
     forward = _numpy_forward if engine == "numpy" else _numba_forward
     sums, near_ties = forward(packed, x)
@@ -437,121 +459,8 @@ def predict(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | None
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Compiled kernels (numba): the same computation one image at a time, without temporaries, and with the
-# threshold and the packing of each hidden layer fused into the loop that computes its sums, and the unit
-# loop innermost (weights stored transposed). A byte of a masked first layer is read only for the units with a
-# connected input in it (the others would add T[0] = 0). Measured faster than the numpy engine by
-# scripts/binary_inference.py (outputs/binary_inference.json); tests/test_binary_inference.py checks both
-# engines against output_ebp_d and each other. No fastmath: the float64 operations must be the ones written
-# (no reassociation, no fused multiply-add), so p·S + b is rounded exactly as in output_ebp_d.
+# The compiled engine (engine="numba"): working copies for ebp_binary_kernels, and the near-ties decided exactly
 # ----------------------------------------------------------------------------------------------------------
-
-@njit(cache=True, nogil=True)
-def _popcount64(word):
-    """Bits set in a uint64 (the SWAR count; LLVM recognises the idiom and emits the popcnt instruction)."""
-    word = word - ((word >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    word = (word & np.uint64(0x3333333333333333)) + ((word >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    word = (word + (word >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return (word * np.uint64(0x0101010101010101)) >> np.uint64(56)
-
-
-@njit(cache=True, nogil=True)
-def _count_differences(signs_t, connected_t, has_mask, v_words, n, differ):
-    """differ[unit] = Σ_j popcount((w_unit,j XOR v_n,j) AND m_unit,j) for every unit at once: the words are stored
-    transposed (word, unit) so that the unit loop is innermost and vectorises (vpopcntq on AVX-512 CPUs)."""
-    differ[:] = 0
-    for j in range(signs_t.shape[0]):
-        v = v_words[n, j]
-        if has_mask:
-            for unit in range(signs_t.shape[1]):
-                differ[unit] += _popcount64((signs_t[j, unit] ^ v) & connected_t[j, unit])
-        else:
-            for unit in range(signs_t.shape[1]):
-                differ[unit] += _popcount64(signs_t[j, unit] ^ v)
-
-
-@njit(cache=True, nogil=True)
-def _popcount_sums_kernel(signs_t, connected_t, has_mask, fan_in, v_words, out):
-    """popcount_sums into out (n, V) int64: |M| − 2·popcount((w XOR v) AND m)."""
-    differ = np.zeros(signs_t.shape[1], dtype=np.uint64)
-    for n in range(v_words.shape[0]):
-        _count_differences(signs_t, connected_t, has_mask, v_words, n, differ)
-        for unit in range(signs_t.shape[1]):
-            out[n, unit] = fan_in[unit] - 2 * np.int64(differ[unit])
-
-
-@njit(cache=True, nogil=True)
-def _hidden_layer_kernel(signs_t, connected_t, has_mask, fan_in, b, scale, v_words, out_words):
-    """A hidden layer on packed ±1 inputs: bit (n, unit) of out_words (zeroed) = p·S + b ≥ 0."""
-    differ = np.zeros(signs_t.shape[1], dtype=np.uint64)
-    for n in range(v_words.shape[0]):
-        _count_differences(signs_t, connected_t, has_mask, v_words, n, differ)
-        for unit in range(signs_t.shape[1]):
-            if scale * (fan_in[unit] - 2 * np.int64(differ[unit])) + b[unit] >= 0:
-                out_words[n, unit >> 6] |= np.uint64(1) << np.uint64(unit & 63)
-
-
-@njit(cache=True, nogil=True)
-def _first_layer_sums_kernel(x, plus_t, minus_t, has_mask, unit_span, out):
-    """first_layer_sums, one image at a time: its byte tables (byte_tables), then, byte by byte, the table entries
-    that the units' weight bytes select (stored transposed, (byte, unit), so that the unit loop is innermost:
-    independent sums, no dependency chain). With a mask, byte j is read only for the units unit_span[j, 0] to
-    unit_span[j, 1] − 1, the range of units with a connected input in it."""
-    batch, k = x.shape
-    groups, n_units = plus_t.shape
-    table = np.empty((groups, 256))
-    positive = np.empty(n_units)
-    negative = np.empty(n_units)
-    for n in range(batch):
-        for j in range(groups):
-            table[j, 0] = 0.0
-            for bit in range(8):
-                low = 1 << bit
-                xi = x[n, 8 * j + bit] if 8 * j + bit < k else 0.0
-                for c in range(low):
-                    table[j, low + c] = table[j, c] + xi
-        positive[:] = 0.0
-        negative[:] = 0.0
-        for j in range(groups):
-            row = table[j]
-            if has_mask:
-                for unit in range(unit_span[j, 0], unit_span[j, 1]):
-                    positive[unit] += row[plus_t[j, unit]]
-                    negative[unit] += row[minus_t[j, unit]]
-            else:
-                for unit in range(n_units):  # constant bounds: this loop vectorises, a variable-bounds one did not
-                    positive[unit] += row[plus_t[j, unit]]
-        if has_mask:
-            for unit in range(n_units):
-                out[n, unit] = positive[unit] - negative[unit]
-        else:
-            total = 0.0
-            for i in range(k):
-                total += x[n, i]
-            for unit in range(n_units):
-                out[n, unit] = (positive[unit] + positive[unit]) - total
-
-
-@njit(cache=True, nogil=True)
-def _first_layer_signs_kernel(sums, x, b, scale, n_inputs, safety, unit_roundoff, out_words, near):
-    """first_layer_signs without the exact decider: bit (n, unit) of out_words (zeroed) = p·S + b ≥ 0; the
-    (n, unit) pairs within near_tie_tolerance go to near (rows), and their count is returned."""
-    n_near = 0
-    for n in range(sums.shape[0]):
-        magnitude = 0.0
-        for i in range(x.shape[1]):
-            magnitude += abs(x[n, i])
-        magnitude *= scale
-        for unit in range(sums.shape[1]):
-            u = scale * sums[n, unit] + b[unit]
-            if u >= 0:
-                out_words[n, unit >> 6] |= np.uint64(1) << np.uint64(unit & 63)
-            if abs(u) <= safety * (n_inputs + 2) * unit_roundoff * (magnitude + abs(b[unit])):
-                if n_near < near.shape[0]:
-                    near[n_near, 0], near[n_near, 1] = n, unit
-                n_near += 1
-    return n_near
-
 
 def _numba_arrays(layer: PackedLayer) -> dict:
     """The compiled engine's working copies of a layer, made on first use and kept on it: sign and mask words and
@@ -579,7 +488,7 @@ def _numba_popcount_sums(layer: PackedLayer, v_words: np.ndarray) -> np.ndarray:
     """popcount_sums by the compiled kernel."""
     a = _numba_arrays(layer)
     out = np.empty((len(v_words), layer.n_units), dtype=np.int64)
-    _popcount_sums_kernel(a["signs_t"], a["connected_t"], layer.connected is not None, layer.fan_in,
+    kernels.popcount_sums_kernel(a["signs_t"], a["connected_t"], layer.connected is not None, layer.fan_in,
                           np.ascontiguousarray(v_words), out)
     return out
 
@@ -588,7 +497,7 @@ def _numba_first_layer_sums(layer: PackedLayer, x: np.ndarray) -> np.ndarray:
     """first_layer_sums by the compiled kernel."""
     a = _numba_arrays(layer)
     out = np.empty((len(x), layer.n_units))
-    _first_layer_sums_kernel(x, a["plus_t"], a["minus_t"], layer.connected is not None, a["unit_span"], out)
+    kernels.first_layer_sums_kernel(x, a["plus_t"], a["minus_t"], layer.connected is not None, a["unit_span"], out)
     return out
 
 
@@ -597,7 +506,7 @@ def _numba_first_layer_words(layer: PackedLayer, x: np.ndarray, scale: float) ->
     sums = _numba_first_layer_sums(layer, x)
     words = np.zeros((len(x), n_words(layer.n_units)), dtype=np.uint64)
     near = np.empty((64, 2), dtype=np.int64)
-    n_near = _first_layer_signs_kernel(sums, x, layer.b, scale, layer.n_inputs, NEAR_TIE_SAFETY, UNIT_ROUNDOFF,
+    n_near = kernels.first_layer_signs_kernel(sums, x, layer.b, scale, layer.n_inputs, NEAR_TIE_SAFETY, UNIT_ROUNDOFF,
                                        words, near)
     if n_near > len(near):  # more near-ties than the buffer holds (never seen): decide them all in numpy
         plus, n_near = first_layer_signs(layer, x, sums, scale)
@@ -620,8 +529,8 @@ def _numba_forward(packed: PackedNetwork, x: np.ndarray) -> tuple[np.ndarray, in
     for layer in packed.layers[1:-1]:
         a = _numba_arrays(layer)
         out = np.zeros((len(x), n_words(layer.n_units)), dtype=np.uint64)
-        _hidden_layer_kernel(a["signs_t"], a["connected_t"], layer.connected is not None, layer.fan_in, layer.b, p,
-                             v, out)
+        kernels.hidden_layer_kernel(a["signs_t"], a["connected_t"], layer.connected is not None, layer.fan_in,
+                                    layer.b, p, v, out)
         v = out
     last = packed.layers[-1]
     return p * _numba_popcount_sums(last, v) + last.b, near_ties

@@ -17,8 +17,21 @@ import copy
 import numpy as np
 from scipy import special
 
-from ebp_lib import (Layer, Network, Pass, backward, forward, gaussian_at_zero, increments, layer_moments,
-                     output_delta, unit_mean, weight_moments)
+from ebp_lib import (
+    Layer,
+    Network,
+    Pass,
+    backward,
+    forward,
+    gaussian_at_zero,
+    hard_sign,
+    increments,
+    layer_moments,
+    output_delta,
+    sign_network,
+    unit_mean,
+    weight_moments,
+)
 
 
 def relative_error(estimate, reference) -> float:
@@ -241,7 +254,7 @@ def monte_carlo_layer(layer: Layer, weights: str, nu_prev: np.ndarray, rng, n_sa
     else:
         v = np.where(rng.random((n_samples, len(nu_prev))) < 0.5 * (1.0 + nu_prev), 1.0, -1.0)
     bias = layer.b + rng.standard_normal((n_samples, len(layer.b)))
-    u = (np.einsum("svk,sk->sv", w, v) + bias) / np.sqrt(layer.n)
+    u = (np.einsum("svk,sk->sv", w, v) + bias) / np.sqrt(layer.normaliser)
     return u.mean(axis=0), u.var(axis=0), np.where(u >= 0, 1.0, -1.0).mean(axis=0)
 
 
@@ -268,7 +281,7 @@ def monte_carlo_layer_inputs(layer: Layer, weights: str, v: np.ndarray, rng) -> 
         vs = v[start:start + chunk]
         w = sample_weights(layer, weights, rng, len(vs))
         u = (np.einsum("svk,sk->sv", w, vs) + layer.b + rng.standard_normal((len(vs), len(layer.b))))
-        u /= np.sqrt(layer.n)
+        u /= np.sqrt(layer.normaliser)
         total += u.sum(axis=0)
         total2 += (u * u).sum(axis=0)
     mean = total / len(v)
@@ -285,12 +298,8 @@ def monte_carlo_outputs(net: Network, x: np.ndarray, rng, n_samples: int = 500) 
         raise ValueError("monte_carlo_outputs samples networks without dropout")
     total = np.zeros((len(x), len(net.layers[-1].b)))
     for _ in range(n_samples):
-        v = x
-        for layer in net.layers:
-            w = sample_weights(layer, net.weights, rng, 1)[0]
-            u = v @ w.T + layer.b + rng.standard_normal(len(layer.b))
-            v = np.where(u >= 0, 1.0, -1.0)
-        total += v
+        drawn = ((sample_weights(layer, net.weights, rng, 1)[0], layer.b) for layer in net.layers)
+        total += hard_sign(sign_network(x, drawn, noise=rng.standard_normal)[-1])  # the output layer is ±1 too
     return total / n_samples
 
 
@@ -358,8 +367,8 @@ def dropout_mask_moments(layer: Layer, weights: str, x: np.ndarray, keep: float)
     m, w2 = weight_moments(layer, weights)
     x2 = np.asarray(x) ** 2
     t, signal = (w2 - m * m) @ x2, (m * m) @ x2
-    mu = (keep * (m @ x) + layer.b) / np.sqrt(layer.n)
-    return mu, (keep * t + keep * (1 - keep) * signal + 1) / layer.n, (keep ** 2 * t + 1) / layer.n
+    mu = (keep * (m @ x) + layer.b) / np.sqrt(layer.normaliser)
+    return mu, (keep * t + keep * (1 - keep) * signal + 1) / layer.normaliser, (keep ** 2 * t + 1) / layer.normaliser
 
 
 def within_standard_errors(sampled_mean, sampled_var, mu, sigma2, n_samples: int, k: float = 5.0) -> bool:
@@ -381,12 +390,12 @@ def log_likelihood_from(net: Network, fwd: Pass, y: np.ndarray, k: int, mu: np.n
     values of the forward pass `fwd` (docs/maths.md §Backward pass): the function whose derivatives Δ and the h
     increments are. Layers are numbered from 0. Sampled dropout masks of `fwd` are applied as in forward."""
     if m is not None:
-        mu = (fwd.inputs[k] @ m.T + net.layers[k].b) / np.sqrt(net.layers[k].n)
+        mu = (fwd.inputs[k] @ m.T + net.layers[k].b) / np.sqrt(net.layers[k].normaliser)
     for j in range(k + 1, len(net.layers)):
         nu = unit_mean(mu, fwd.sigma2[j - 1])
         if fwd.masks[j] is not None:
             nu = nu * fwd.masks[j]
-        mu = (nu @ fwd.m[j].T + net.layers[j].b) / np.sqrt(net.layers[j].n)
+        mu = (nu @ fwd.w_mean[j].T + net.layers[j].b) / np.sqrt(net.layers[j].normaliser)
     return float(np.sum(special.log_ndtr(y * mu / np.sqrt(fwd.sigma2[-1]))))
 
 
@@ -404,14 +413,14 @@ def _central_difference(f, z: np.ndarray, eps: float) -> np.ndarray:
 def numerical_deltas(net: Network, fwd: Pass, y: np.ndarray, eps: float = 1e-5) -> list[np.ndarray]:
     """Finite-difference reference for Δ: ∂ ln P(v_L = y)/∂μ_l of every layer, σ held fixed (docs/maths.md §Backward
     pass), from log_likelihood_from. One function evaluation per entry: for small networks only."""
-    return [_central_difference(lambda mu: log_likelihood_from(net, fwd, y, k, mu=mu), fwd.mu[k], eps)
+    return [_central_difference(lambda mu, k=k: log_likelihood_from(net, fwd, y, k, mu=mu), fwd.mu[k], eps)
             for k in range(len(net.layers))]
 
 
 def numerical_increments(net: Network, fwd: Pass, y: np.ndarray, eps: float = 1e-5) -> list[np.ndarray]:
     """Finite-difference reference for the h increments: ∂ ln P(v_L = y)/∂⟨W_l⟩ of every layer (docs/maths.md §Update),
     σ held fixed. For small networks only."""
-    return [_central_difference(lambda m: log_likelihood_from(net, fwd, y, k, m=m), fwd.m[k], eps)
+    return [_central_difference(lambda m, k=k: log_likelihood_from(net, fwd, y, k, m=m), fwd.w_mean[k], eps)
             for k in range(len(net.layers))]
 
 
@@ -430,8 +439,8 @@ def directional_errors(net: Network, fwd: Pass, y: np.ndarray, incs: list[np.nda
             d = rng.standard_normal(inc.shape)
             d = d * net.layers[k].mask if net.layers[k].mask is not None else d
             predicted.append(np.sum(inc * d))
-            up = log_likelihood_from(net, fwd, y, k, m=fwd.m[k] + eps * d)
-            down = log_likelihood_from(net, fwd, y, k, m=fwd.m[k] - eps * d)
+            up = log_likelihood_from(net, fwd, y, k, m=fwd.w_mean[k] + eps * d)
+            down = log_likelihood_from(net, fwd, y, k, m=fwd.w_mean[k] - eps * d)
             numerical.append((up - down) / (2.0 * eps))
         out.append(relative_error(predicted, numerical))
     return out
@@ -450,11 +459,11 @@ def algorithm1_variant(net: Network, fwd: Pass, y: np.ndarray, factor_two: bool 
       bias_in_normaliser=False  divides by sqrt(K) instead of sqrt(N) = sqrt(K + 1) in the backward pass.
     All True is ebp_lib's backward/increments; all False is paper_printed_deltas/increments. Fully connected
     networks without dropout masks only."""
-    norm = [np.sqrt(layer.n if bias_in_normaliser else layer.n - 1) for layer in net.layers]
+    norm = [np.sqrt(layer.normaliser if bias_in_normaliser else layer.normaliser - 1) for layer in net.layers]
     deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
     for k in range(len(net.layers) - 1, 0, -1):
         slope = (2.0 if factor_two else 1.0) * gaussian_at_zero(fwd.mu[k - 1], fwd.sigma2[k - 1])
-        deltas.insert(0, slope * ((deltas[0] / norm[k]) @ fwd.m[k]))
+        deltas.insert(0, slope * ((deltas[0] / norm[k]) @ fwd.w_mean[k]))
     incs = []
     for k, delta in enumerate(deltas):
         prev = fwd.inputs[k] if (use_nu or k == 0) else fwd.mu[k - 1]
@@ -475,7 +484,7 @@ def paper_printed_increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) 
     out = []
     for k, (layer, delta) in enumerate(zip(net.layers, deltas)):
         prev = fwd.inputs[0] if k == 0 else fwd.mu[k - 1]
-        out.append((delta / np.sqrt(layer.n - 1)).T @ prev)
+        out.append((delta / np.sqrt(layer.normaliser - 1)).T @ prev)
     return out
 
 
@@ -497,7 +506,7 @@ def with_fan_in_normaliser(net: Network) -> Network:
     μ/σ, ν and the h increments are unchanged, Δ scales by sqrt(N/K) per layer (notebook 03 §7)."""
     out = copy.deepcopy(net)
     for layer in out.layers:
-        layer.n = layer.n - 1
+        layer.normaliser = layer.normaliser - 1
     return out
 
 
@@ -560,6 +569,6 @@ def train_epoch_variant(net: Network, x: np.ndarray, y: np.ndarray, batch_size: 
         idx = order[start:start + batch_size]
         used, _, deltas, incs = algorithm1_step(net, x[idx], y[idx], **misprints)
         for layer, norm, inc, delta in zip(net.layers, used.layers, incs, deltas):
-            n = norm.n - 1 if misprints.get("sqrt_k") == "backward" else norm.n
+            n = norm.normaliser - 1 if misprints.get("sqrt_k") == "backward" else norm.normaliser
             layer.h += inc
             layer.b += (delta / np.sqrt(n)).sum(axis=0)

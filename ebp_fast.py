@@ -1,70 +1,82 @@
-"""The fast engine (engine="fast", ebp_lib's default): EBP's training step and evaluation in float32, with a
-whole train_epoch call in one compiled (numba) function.
+"""The fast engine's compiled kernels (engine="fast", ebp_lib's default): EBP's training steps in float32, a whole
+train_epoch call in one compiled (numba) function, and the thin orchestration around it (a float32 working copy
+of the network, its parameters written back).
 
-ebp_lib calls this module by name (`train`, `outputs`) and imports it on first use; nothing here is needed to
-read the algorithm. Every kernel computes equations that ebp_lib writes in plain numpy, and tests/test_fast.py
-compares each one with that plain reference (test names in brackets):
-- _tanh32 with np.tanh [test_fast_tanh_accuracy], _erf32 with scipy's erf as in ebp_lib.unit_mean
-  [test_fast_unit_means_use_an_accurate_erf], their coefficients with scripts/fit_rational.py
-  [test_rational_fits_meet_their_error_bounds];
-- _output_delta (with _erfcx) with ebp_lib.output_delta [test_fast_output_delta_matches_the_reference_everywhere];
-- _back_product with numpy's Δ @ ⟨W⟩ [test_back_product_equals_matrix_product];
-- _layer_pass, _finish_layer, _load_inputs and _backward (ebp_lib.update, layer_moments, unit_mean, forward,
-  backward) through _train_steps, i.e. `train`, with ebp_lib.train_epoch(engine="reference"): h and b after 300
-  steps in 20 configurations, and the same random draws [test_fast_equals_reference_after_300_updates and the
-  tests after it];
-- ebp_p with ebp_lib.output_ebp_p [test_fast_evaluation_equals_reference].
-EBP-D in float32 is ebp_lib.output_ebp_d itself, run on a float32 copy of the network.
+Nothing here is needed to read the algorithm: every kernel computes equations that ebp_lib writes in plain numpy,
+REFERENCES names that readable reference for each kernel (PARTS the kernel each helper belongs to), and
+tests/test_kernels.py checks every kernel against its reference on random inputs; tests/test_fast.py compares
+whole epochs with engine="reference". This module imports nothing of ebp_lib (it reads the network's fields),
+so ebp_lib can resolve its engines without an import cycle. The fast engine's evaluation is numpy (BLAS) and
+lives in ebp_lib (float32_outputs).
 
 How the compiled epoch differs from the reference (the same equations, docs/maths.md §Forward pass to §Update):
 - the forward pass of step t+1 needs only layer l's updated weights and layer l−1's new outputs, so each layer's
   update at step t is fused with its products for step t+1 (_layer_pass): every weight is read and written
   once per step, and ⟨W⟩ = tanh h is refreshed there (a rational tanh that vectorises) and stored only for the
   layers whose ⟨W⟩ the backward pass needs;
-- ⟨W²⟩ is folded into the products: σ²·N = Σ mask⟨v²⟩ + 1 − Σ m²·m2_factor, where m2_factor = ν² for binary
-  weights (⟨W²⟩ = 1) and ν² − ⟨v²⟩ for real ones (⟨W²⟩ = m² + 1);
+- ⟨W²⟩ is folded into the products: σ²·N = Σ mask⟨v²⟩ + 1 − Σ ⟨W⟩²·m2_factor, where m2_factor = ν² for binary
+  weights (⟨W²⟩ = 1) and ν² − ⟨v²⟩ for real ones (⟨W²⟩ = ⟨W⟩² + 1);
 - the first layer leaves out the inputs that are 0 in every image of the call (their weights neither change,
   Δ·0 = 0, nor count in μ or σ²);
 - Δ_L is computed in float64 (as output_delta, through erfcx), everything else in float32.
 It draws the same random numbers as the reference in the same order (numba draws from the numpy Generator
 itself), so sampled-dropout runs see the same masks. At the end of a call (also when a non-finite Δ stops it)
 h and b are written back into the network, rounded to float32 whatever its dtype: every epoch starts from the
-network alone, so checkpoint/resume stays bit-identical. Timings and design history: outputs/BENCHMARK.md.
+network alone, so checkpoint/resume stays bit-identical. Timings and design choices: outputs/BENCHMARK.md.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import namedtuple
 
 import numba
 import numpy as np
 from numba.typed import List
-from threadpoolctl import threadpool_limits
-
-import ebp_lib
 
 FAST_DTYPE = np.float32
-BLAS_THREADS = 1  # evaluation's matrix products: one BLAS thread per process (several runs share the cores)
 # fastmath without 'nnan'/'ninf': LLVM may vectorise and reassociate, but NaN and inf keep their meaning (a NaN
-# image gives a non-finite Δ and the reference's error; h is checked before and after each call, see `train`).
+# image gives a non-finite Δ and the reference's error; h is checked before and after each call, see `train_steps`).
 FASTMATH = {"contract", "arcp", "reassoc", "nsz", "afn"}
 _JIT = dict(fastmath=FASTMATH, error_model="numpy", cache=True)
 _LOG_SQRT_2_OVER_PI = 0.5 * math.log(2.0 / math.pi)
 NO_DROPOUT, ANALYTIC, SAMPLED = 0, 1, 2  # net.dropout inside the compiled code
 DROPOUT_CODES = {None: NO_DROPOUT, "analytic": ANALYTIC, "sampled": SAMPLED}
 
-# The float32 working copy of a network: h, m (⟨W⟩), b, mask, second_mask, n (N) and inv_sqrt_n (1/sqrt(N)) are
-# typed lists with one array per layer (the first layer's h and masks hold only the used input columns); `mask`
-# confines the update, `second_mask` the sum Σ mask⟨v²⟩ (empty for dense layers, and for masked weights that are
-# held at h = 0 rather than absent: they keep ⟨W²⟩ = 1); binary is the weight type, dropout its code below,
-# keep the dropout keep probability p.
-FastNet = namedtuple("FastNet", "h m b mask second_mask n inv_sqrt_n binary dropout keep")
-# One layer's inputs for one step, (batch, K) each: ν, ⟨v²⟩, the factor of m² in σ²·N, the dropout mask.
+# Each compiled kernel and the readable function whose equations it computes (tests/test_kernels.py checks every
+# pair on random inputs).
+REFERENCES = {
+    "_tanh32": "numpy.tanh",                          # ⟨W⟩ of a binary weight (ebp_lib.weight_moments)
+    "_erf32": "scipy.special.erf",                    # ν = erf(μ/sqrt(2σ²)) (ebp_lib.unit_mean)
+    "_erfcx": "scipy.special.erfcx",                  # in Δ_L (ebp_lib.log_phi_ratio)
+    "_output_delta": "ebp_lib.output_delta",
+    "_update_row": "ebp_lib.increments",
+    "_refresh_row": "ebp_lib.weight_moments",
+    "_layer_pass": "ebp_lib.layer_moments",           # the update fused with the products of μ and σ²
+    "_online_pass": "ebp_lib.layer_moments",          # _layer_pass at batch size 1
+    "_finish_layer": "ebp_lib.unit_mean",             # ν, after μ and σ² from the products (layer_moments)
+    "_load_inputs": "ebp_lib.forward",                # ν, ⟨v²⟩ and the dropout masks of a layer's inputs
+    "_back_product": "numpy.matmul",                  # Δ·⟨W⟩ (ebp_lib.backward)
+    "_backward": "ebp_lib.backward",
+    "_train_steps": "ebp_lib.train_steps",
+}
+# Compiled helpers without an equation of their own: the kernel whose test covers each.
+PARTS = {
+    "_used_columns": "_train_steps",                  # which inputs the first layer may leave out
+    "_first_rows": "_train_steps",                    # views of the first rows of a layer's inputs
+}
+
+# The float32 working copy of a network: h, w_mean (⟨W⟩), b, mask, second_mask, normaliser (N) and
+# inv_sqrt_normaliser (1/sqrt(N)) are typed lists with one array per layer (the first layer's h and masks hold only
+# the used input columns); `mask` confines the update, `second_mask` the sum Σ mask⟨v²⟩ (empty for dense layers,
+# and for masked weights that are held at h = 0 rather than absent: they keep ⟨W²⟩ = 1); binary is the weight
+# type, dropout its code above, keep the dropout keep probability p.
+FastNet = namedtuple("FastNet", "h w_mean b mask second_mask normaliser inv_sqrt_normaliser binary dropout keep")
+# One layer's inputs for one step, (batch, K) each: ν, ⟨v²⟩, m2_factor (the factor of ⟨W⟩² in σ²·N), the dropout
+# mask.
 Inputs = namedtuple("Inputs", "nu v2 m2_factor kept")
-# One layer's moments for one step, (batch, V) each: μ, the products q = Σ m²·m2_factor and
-# second = Σ mask⟨v²⟩ + 1 (local layers), σ² and ν.
-Moments = namedtuple("Moments", "mu q second sigma2 nu")
+# One layer's moments for one step, (batch, V) each: μ, m2_terms = Σ ⟨W⟩²·m2_factor and second = Σ mask⟨v²⟩ + 1
+# (local layers), σ² and ν.
+Moments = namedtuple("Moments", "mu m2_terms second sigma2 nu")
 
 
 # --- scalar functions -----------------------------------------------------------------------------------------
@@ -159,26 +171,28 @@ def _refresh_row(h_row, out):
 
 
 @numba.njit(**_JIT)
-def _layer_pass(h, m, mask, second_mask, store_m, binary, scaled_delta, nu, next_inputs, need_q, moments):
+def _layer_pass(h, w_mean, mask, second_mask, store_w_mean, binary, scaled_delta, nu, next_inputs, use_m2_terms,
+                moments):
     """One pass over a layer's weights: this step's update fused with the next step's products.
 
-        h_ij += Σ_s scaled_delta_si ν_sj (× mask_ij),   m_ij = tanh h_ij (binary) or h_ij (real),
-        mu_si = Σ_j m_ij ν'_sj,   q_si = Σ_j m_ij² m2_factor'_sj,   second_si = Σ_j second_mask_ij ⟨v²⟩'_sj
-                                                                        (local layers whose masked weights are absent),
+        h_ij += Σ_s scaled_delta_si ν_sj (× mask_ij),   ⟨W⟩_ij = tanh h_ij (binary) or h_ij (real),
+        mu_si = Σ_j ⟨W⟩_ij ν'_sj,   m2_terms_si = Σ_j ⟨W⟩_ij² m2_factor'_sj,
+        second_si = Σ_j second_mask_ij ⟨v²⟩'_sj          (local layers whose masked weights are absent),
 
     ' marking `next_inputs`, scaled_delta = Δ/sqrt(N). `scaled_delta` with 0 rows: products only; `next_inputs`
-    with 0 rows: update only; need_q False: no q (real weights on the image without dropout, where the factor
-    is 0). Rows go in pairs: a pair is updated, refreshed and multiplied while it sits in L1 cache, and each
-    load of ν' serves four multiply-adds; ⟨W⟩ is stored in m only if store_m.
+    with 0 rows: update only; use_m2_terms False: no m2_terms (real weights on the image without dropout, where
+    m2_factor is 0). Rows go in pairs (i, k): a pair is updated, refreshed and multiplied while it sits in L1
+    cache, and each load of ν' serves four multiply-adds, two samples (s, t) at a time; ⟨W⟩ is stored in
+    w_mean only if store_w_mean.
     """
     nu_next, m2_next, v2_next = next_inputs.nu, next_inputs.m2_factor, next_inputs.v2
-    mu, q, second = moments.mu, moments.q, moments.second
+    mu, m2_terms, second = moments.mu, moments.m2_terms, moments.second
     units, width = h.shape
     batch, batch_next = scaled_delta.shape[0], nu_next.shape[0]
     masked, masked_second = mask.shape[0] > 0, second_mask.shape[0] > 0
-    need_q = need_q and batch_next > 0
+    use_m2_terms = use_m2_terms and batch_next > 0
     if batch <= 1 and batch_next <= 1 and not masked:
-        _online_pass(h, m, store_m, binary, scaled_delta, nu, nu_next, m2_next, need_q, mu, q)
+        _online_pass(h, w_mean, store_w_mean, binary, scaled_delta, nu, nu_next, m2_next, use_m2_terms, mu, m2_terms)
         return
     pair = np.empty((2, width), np.float32)  # ⟨W⟩ of the pair of rows where it is not stored
     for i in range(0, units, 2):
@@ -188,35 +202,36 @@ def _layer_pass(h, m, mask, second_mask, store_m, binary, scaled_delta, nu, next
             if batch > 0:  # (h[row] stands in for the mask row where there is none: it is not read)
                 _update_row(h[row], scaled_delta, row, nu, mask[row] if masked else h[row], masked)
             if binary:
-                _refresh_row(h[row], m[row] if store_m else pair[r])
+                _refresh_row(h[row], w_mean[row] if store_w_mean else pair[r])
         # ⟨W⟩ of the two rows: h itself for real weights
-        m0 = h[i] if not binary else (m[i] if store_m else pair[0])
-        m1 = h[k] if not binary else (m[k] if store_m else pair[k - i])
+        row_i = h[i] if not binary else (w_mean[i] if store_w_mean else pair[0])
+        row_k = h[k] if not binary else (w_mean[k] if store_w_mean else pair[k - i])
         for s in range(0, batch_next, 2):
             t = min(s + 1, batch_next - 1)
-            a00 = a01 = a10 = a11 = c00 = c01 = c10 = c11 = np.float32(0)
-            if need_q:
+            # mu_is = Σ_j ⟨W⟩_ij ν'_sj and m2_is = Σ_j ⟨W⟩_ij² m2_factor'_sj, for rows i, k and samples s, t
+            mu_is = mu_it = mu_ks = mu_kt = m2_is = m2_it = m2_ks = m2_kt = np.float32(0)
+            if use_m2_terms:
                 for j in range(width):
-                    x0, x1 = m0[j], m1[j]
-                    n0, n1, w0, w1 = nu_next[s, j], nu_next[t, j], m2_next[s, j], m2_next[t, j]
-                    a00 += x0 * n0
-                    a01 += x0 * n1
-                    a10 += x1 * n0
-                    a11 += x1 * n1
+                    x0, x1 = row_i[j], row_k[j]
+                    n0, n1, f0, f1 = nu_next[s, j], nu_next[t, j], m2_next[s, j], m2_next[t, j]
+                    mu_is += x0 * n0
+                    mu_it += x0 * n1
+                    mu_ks += x1 * n0
+                    mu_kt += x1 * n1
                     x0, x1 = x0 * x0, x1 * x1
-                    c00 += x0 * w0
-                    c01 += x0 * w1
-                    c10 += x1 * w0
-                    c11 += x1 * w1
+                    m2_is += x0 * f0
+                    m2_it += x0 * f1
+                    m2_ks += x1 * f0
+                    m2_kt += x1 * f1
             else:
                 for j in range(width):
-                    x0, x1, n0, n1 = m0[j], m1[j], nu_next[s, j], nu_next[t, j]
-                    a00 += x0 * n0
-                    a01 += x0 * n1
-                    a10 += x1 * n0
-                    a11 += x1 * n1
-            mu[t, i], mu[t, k], q[t, i], q[t, k] = a01, a11, c01, c11
-            mu[s, i], mu[s, k], q[s, i], q[s, k] = a00, a10, c00, c10
+                    x0, x1, n0, n1 = row_i[j], row_k[j], nu_next[s, j], nu_next[t, j]
+                    mu_is += x0 * n0
+                    mu_it += x0 * n1
+                    mu_ks += x1 * n0
+                    mu_kt += x1 * n1
+            mu[t, i], mu[t, k], m2_terms[t, i], m2_terms[t, k] = mu_it, mu_kt, m2_it, m2_kt
+            mu[s, i], mu[s, k], m2_terms[s, i], m2_terms[s, k] = mu_is, mu_ks, m2_is, m2_ks
             if masked_second:
                 for row in range(i, k + 1):
                     for u in range(s, t + 1):
@@ -227,7 +242,7 @@ def _layer_pass(h, m, mask, second_mask, store_m, binary, scaled_delta, nu, next
 
 
 @numba.njit(**_JIT)
-def _online_pass(h, m, store_m, binary, scaled_delta, nu, nu_next, m2_next, need_q, mu, q):
+def _online_pass(h, w_mean, store_w_mean, binary, scaled_delta, nu, nu_next, m2_next, use_m2_terms, mu, m2_terms):
     """_layer_pass for a dense layer at batch size 1: one loop per row does the update, the refresh and both
     products (one tanh and five flops per weight)."""
     units, width = h.shape
@@ -235,59 +250,59 @@ def _online_pass(h, m, store_m, binary, scaled_delta, nu, nu_next, m2_next, need
     zero_nu = np.zeros(width, np.float32)
     nu0 = nu[0] if update else zero_nu
     nn0 = nu_next[0] if products else zero_nu
-    w0 = m2_next[0] if need_q and products else zero_nu
+    f0 = m2_next[0] if use_m2_terms and products else zero_nu
     for i in range(units):
         a_i = scaled_delta[0, i] if update else np.float32(0)
         hi = h[i]
-        acc_mu = acc_q = np.float32(0)
+        acc_mu = acc_m2 = np.float32(0)
         if binary:
-            if store_m:  # two copies of the loop: a conditional store inside it stops vectorisation
-                mi = m[i]
+            if store_w_mean:  # two copies of the loop: a conditional store inside it stops vectorisation
+                mi = w_mean[i]
                 for j in range(width):
                     h_ij = hi[j] + a_i * nu0[j]
                     hi[j] = h_ij
                     m_ij = _tanh32(h_ij)
                     mi[j] = m_ij
                     acc_mu += m_ij * nn0[j]
-                    acc_q += m_ij * m_ij * w0[j]
+                    acc_m2 += m_ij * m_ij * f0[j]
             else:
                 for j in range(width):
                     h_ij = hi[j] + a_i * nu0[j]
                     hi[j] = h_ij
                     m_ij = _tanh32(h_ij)
                     acc_mu += m_ij * nn0[j]
-                    acc_q += m_ij * m_ij * w0[j]
+                    acc_m2 += m_ij * m_ij * f0[j]
         else:
             for j in range(width):
                 h_ij = hi[j] + a_i * nu0[j]
                 hi[j] = h_ij
                 acc_mu += h_ij * nn0[j]
-                acc_q += h_ij * h_ij * w0[j]
+                acc_m2 += h_ij * h_ij * f0[j]
         if products:
             mu[0, i] = acc_mu
-            q[0, i] = acc_q
+            m2_terms[0, i] = acc_m2
 
 
 @numba.njit(**_JIT)
-def _finish_layer(moments, b, n, inv_sqrt_n, v2_in, masked, need_q, batch):
+def _finish_layer(moments, b, normaliser, inv_sqrt_normaliser, v2_in, masked, use_m2_terms, batch):
     """ebp_lib.layer_moments and unit_mean from the products of _layer_pass, for `batch` samples, in place:
 
-        μ = (Σ m ν + b)/sqrt(N),   σ² = (Σ⟨W²⟩⟨v²⟩ − Σ m²ν² + 1)/N = (second − q)/N,   ν = erf(μ/sqrt(2σ²)),
+        μ = (Σ ⟨W⟩ν + b)/sqrt(N),   σ² = (Σ⟨W²⟩⟨v²⟩ − Σ ⟨W⟩²ν² + 1)/N = (second − m2_terms)/N,   ν = erf(μ/sqrt(2σ²)),
 
     with second = Σ mask⟨v²⟩ + 1 (per unit for a local layer, else one number per sample, from v2_in)."""
-    mu, q, second, sigma2, nu_out = moments.mu, moments.q, moments.second, moments.sigma2, moments.nu
+    mu, m2_terms, second, sigma2, nu_out = moments.mu, moments.m2_terms, moments.second, moments.sigma2, moments.nu
     units = mu.shape[1]
     for s in range(batch):
         dense_second = np.float32(1)
         if not masked:
             dense_second += v2_in[s].sum()
         for i in range(units):
-            sec = second[s, i] if masked else dense_second
-            s2 = (sec - (q[s, i] if need_q else np.float32(0))) / n[i]
-            m_ = (mu[s, i] + b[i]) * inv_sqrt_n[i]
-            mu[s, i] = m_
-            sigma2[s, i] = s2
-            nu_out[s, i] = _erf32(m_ / math.sqrt(np.float32(2) * s2))
+            second_si = second[s, i] if masked else dense_second
+            sigma2_si = (second_si - (m2_terms[s, i] if use_m2_terms else np.float32(0))) / normaliser[i]
+            mu_si = (mu[s, i] + b[i]) * inv_sqrt_normaliser[i]
+            mu[s, i] = mu_si
+            sigma2[s, i] = sigma2_si
+            nu_out[s, i] = _erf32(mu_si / math.sqrt(np.float32(2) * sigma2_si))
 
 
 # --- inputs, backward pass, the epoch -------------------------------------------------------------------------
@@ -373,9 +388,9 @@ def _backward(y, rows, net, moments, inputs, deltas) -> int:
             deltas[last][s, i] = _output_delta(np.float64(y[rows[s], i]), np.float64(moments[last].mu[s, i]),
                                                np.float64(moments[last].sigma2[s, i]))
     for l in range(last, 0, -1):
-        back = _back_product(deltas[l][:batch] * net.inv_sqrt_n[l], net.m[l])
-        # float32 throughout (expf, not exp). The moments are read through the lists inside the loop, as when the
-        # committed runs were trained: hoisted out, LLVM vectorises the exp and rounds differently.
+        back = _back_product(deltas[l][:batch] * net.inv_sqrt_normaliser[l], net.w_mean[l])
+        # float32 throughout (expf, not exp). The moments are read through the lists inside the loop: hoisted out,
+        # LLVM vectorises the exp and rounds differently, and the committed runs must stay bit-reproducible.
         for s in range(batch):
             for i in range(back.shape[1]):
                 mean, var = moments[l - 1].mu[s, i], moments[l - 1].sigma2[s, i]
@@ -436,29 +451,29 @@ def _train_steps(x, y, order, columns, batch_size, net, rng):
         for l in range(n_layers):
             k, kn = cur * n_layers + l, nxt * n_layers + l
             if step >= 0:
-                scaled_delta = deltas[l][:batch] * net.inv_sqrt_n[l]
+                scaled_delta = deltas[l][:batch] * net.inv_sqrt_normaliser[l]
                 net.b[l] += scaled_delta.sum(axis=0)
                 nu = inputs[k].nu[:batch]
             else:
                 scaled_delta, nu = empty, empty
-            # q = Σ m²·m2_factor is 0 only for real weights on the image without dropout (ν² − ⟨v²⟩ = 0 there)
-            need_q = net.binary or net.dropout != NO_DROPOUT or l > 0
-            _layer_pass(net.h[l], net.m[l], net.mask[l], net.second_mask[l], net.binary and l > 0, net.binary,
-                        scaled_delta, nu, _first_rows(inputs[kn], batch_next), need_q, moments[l])
+            # m2_terms = Σ ⟨W⟩²·m2_factor is 0 only for real weights on the image without dropout (ν² − ⟨v²⟩ = 0)
+            use_m2_terms = net.binary or net.dropout != NO_DROPOUT or l > 0
+            _layer_pass(net.h[l], net.w_mean[l], net.mask[l], net.second_mask[l], net.binary and l > 0, net.binary,
+                        scaled_delta, nu, _first_rows(inputs[kn], batch_next), use_m2_terms, moments[l])
             if batch_next:
-                _finish_layer(moments[l], net.b[l], net.n[l], net.inv_sqrt_n[l], inputs[kn].v2,
-                              net.second_mask[l].shape[0] > 0, need_q, batch_next)
+                _finish_layer(moments[l], net.b[l], net.normaliser[l], net.inv_sqrt_normaliser[l], inputs[kn].v2,
+                              net.second_mask[l].shape[0] > 0, use_m2_terms, batch_next)
                 if l + 1 < n_layers:
                     _load_inputs(inputs[kn + 1], moments[l].nu[:batch_next], sources[l + 1], False, net, rng)
         cur = nxt
     return n_steps, -1
 
 
-# --- the engine's entry points: train (ebp_lib.train_step / train_epoch) and outputs (ebp_lib.evaluate) --------
+# --- the engine's entry points: train_step and train_steps (ebp_lib.ENGINES["fast"]) ----------------------------
 
-def working_copy(net: ebp_lib.Network, columns) -> FastNet:
-    """The float32 copy of `net` that the compiled epoch runs on; the first layer's h and mask keep only the
-    image's `columns`."""
+def working_copy(net, columns) -> FastNet:
+    """The float32 copy of the ebp_lib.Network `net` that the compiled epoch runs on; the first layer's h and mask
+    keep only the image's `columns`."""
     hs = [np.array(layer.h, dtype=FAST_DTYPE, order="C") for layer in net.layers]
     masks = [np.zeros((0, 0), FAST_DTYPE) if layer.mask is None else layer.mask.astype(FAST_DTYPE)
              for layer in net.layers]
@@ -468,27 +483,33 @@ def working_copy(net: ebp_lib.Network, columns) -> FastNet:
     no_mask = np.zeros((0, 0), FAST_DTYPE)
     return FastNet(
         h=List(hs),
-        m=List([h if net.weights == "real" else np.empty_like(h) for h in hs]),  # ⟨W⟩: h itself for real weights
+        w_mean=List([h if net.weights == "real" else np.empty_like(h) for h in hs]),  # real weights: ⟨W⟩ = h itself
         b=List([layer.b.astype(FAST_DTYPE) for layer in net.layers]),
         mask=List(masks),
         second_mask=List([no_mask if layer.held else mask for layer, mask in zip(net.layers, masks)]),
-        n=List([layer.n.astype(FAST_DTYPE) for layer in net.layers]),
-        inv_sqrt_n=List([(1.0 / np.sqrt(layer.n)).astype(FAST_DTYPE) for layer in net.layers]),
+        normaliser=List([layer.normaliser.astype(FAST_DTYPE) for layer in net.layers]),
+        inv_sqrt_normaliser=List([(1.0 / np.sqrt(layer.normaliser)).astype(FAST_DTYPE) for layer in net.layers]),
         binary=net.weights == "binary", dropout=DROPOUT_CODES[net.dropout], keep=float(net.keep))
 
 
-def train(net: ebp_lib.Network, x, y, order, batch_size: int, rng, step_name) -> None:
-    """EBP steps over x[order] in minibatches of `batch_size` (what ebp_lib.train_epoch and train_step do), on a
-    float32 working copy whose h and b are then written back (unless nothing was done); `rng` draws the sampled
+def _nonfinite(hs, bs) -> list[str]:
+    """The arrays that hold NaN/inf, e.g. ["b of layer 2"], of per-layer h and b."""
+    return [f"{name} of layer {k + 1}" for k, (h, b) in enumerate(zip(hs, bs))
+            for name, values in (("h", h), ("b", b)) if not np.isfinite(values).all()]
+
+
+def train_steps(net, x, y, order, batch_size: int, rng, step_name) -> None:
+    """EBP steps over x[order] in minibatches of `batch_size` (ebp_lib.train_steps), on a float32 working copy of the
+    ebp_lib.Network `net` whose h and b are then written back (unless nothing was done); `rng` draws the sampled
     dropout masks (it may be None without sampled dropout). Raises ebp_lib.backward's FloatingPointError for a
     non-finite Δ. The compiled loops do not check h and b weight by weight, so they are checked here: a NaN/inf
-    before the call stops it at step 0 (for a NaN the reference's Δ is non-finite there; the reference trains on with an
-    infinite h of binary weights), and one after it (an overflow) leaves the network as it was.
+    before the call stops it at step 0 (for a NaN the reference's Δ is non-finite there; the reference trains on
+    with an infinite h of binary weights), and one after it (an overflow) leaves the network as it was.
     step_name(k) names step k in the messages."""
     def where(step):
         return "" if step_name(step) is None else f" at step {step_name(step)}"
 
-    bad = ebp_lib.nonfinite_parameters(net)
+    bad = _nonfinite([layer.h for layer in net.layers], [layer.b for layer in net.layers])
     if bad:
         raise FloatingPointError(
             f"non-finite {bad[0]}{where(0)}: NaN/inf in {', '.join(bad)}, so Δ is not finite (NaN) or the update is "
@@ -497,8 +518,7 @@ def train(net: ebp_lib.Network, x, y, order, batch_size: int, rng, step_name) ->
     work = working_copy(net, columns)
     rng = np.random.default_rng(0) if rng is None else rng  # a Generator for the compiled signature; not drawn from
     steps, bad_layer = _train_steps(x, y, order, columns, batch_size, work, rng)
-    overflowed = [f"{name} of layer {k + 1}" for k, (h, b) in enumerate(zip(work.h, work.b))
-                  for name, values in (("h", h), ("b", b)) if not np.isfinite(values).all()]
+    overflowed = _nonfinite(work.h, work.b)
     if overflowed:
         raise FloatingPointError(
             f"{', '.join(overflowed)} overflowed to NaN/inf during steps 0-{steps - 1} of this call; the network is "
@@ -518,53 +538,6 @@ def train(net: ebp_lib.Network, x, y, order, batch_size: int, rng, step_name) ->
             f"so the parameters are those of the last finite step")
 
 
-def float32_network(net: ebp_lib.Network) -> ebp_lib.Network:
-    """A copy of `net` with h and b rounded to float32 (masks shared)."""
-    layers = [ebp_lib.Layer(layer.h.astype(FAST_DTYPE), layer.b.astype(FAST_DTYPE), layer.mask, layer.held)
-              for layer in net.layers]
-    return ebp_lib.Network(layers, net.weights, net.architecture, net.input_side, net.dropout, net.keep,
-                           net.mask_reading)
-
-
-def ebp_p(net32: ebp_lib.Network, weights: list, x) -> np.ndarray:
-    """ebp_lib.output_ebp_p in float32 with BLAS, on float32_network(net) and, per layer, (⟨W⟩, ⟨W⟩², mask)
-    computed once per evaluation (not once per batch as forward() does), with ⟨W²⟩ = 1 (binary) or m² + 1 (real)
-    folded in as in _train_steps: σ²·N = Σ mask⟨v²⟩ + 1 − Σ m²·m2_factor, m2_factor = ν² (binary) or
-    ν² − ⟨v²⟩ (real)."""
-    nu = x.astype(FAST_DTYPE)
-    v2 = nu * nu
-    nu2 = (1.0 - 4.0 * net32.keep * (1.0 - net32.keep)) * v2 if net32.dropout == "analytic" else v2
-    for layer, (m, m2, mask) in zip(net32.layers, weights):
-        if net32.dropout == "sampled":  # test time: the weights scaled by p
-            nu, v2 = net32.keep * nu, net32.keep ** 2 * (np.ones_like(nu) if v2 is None else v2)
-            nu2 = nu * nu
-        if v2 is None:  # ±1 hidden units: ⟨v²⟩ = 1
-            second, m2_factor = layer.n, (nu2 if net32.weights == "binary" else nu2 - 1.0)
-        else:
-            second = (v2 @ mask.T if mask is not None else v2.sum(axis=1, keepdims=True)) + 1.0
-            m2_factor = nu2 if net32.weights == "binary" else nu2 - v2
-        mu = (nu @ m.T + layer.b) / np.sqrt(layer.n)
-        sigma2 = (second - m2_factor @ m2.T) / layer.n
-        nu, v2 = ebp_lib.unit_mean(mu, sigma2), None
-        nu2 = nu * nu
-    return nu
-
-
-def ebp_p_weights(net32: ebp_lib.Network) -> list:
-    """(⟨W⟩, ⟨W⟩², mask) of every layer of a float32 network, for ebp_p."""
-    out = []
-    for layer in net32.layers:
-        m = np.tanh(layer.h) if net32.weights == "binary" else layer.h
-        absent = layer.mask is not None and not layer.held  # held weights keep ⟨W²⟩ = 1 in σ²
-        out.append((m, m * m, layer.mask.astype(FAST_DTYPE) if absent else None))
-    return out
-
-
-@contextlib.contextmanager
-def outputs(net: ebp_lib.Network):
-    """For ebp_lib.evaluate: a function x ↦ (EBP-P, EBP-D outputs) in float32, BLAS limited to BLAS_THREADS
-    threads while the context is open. EBP-D is ebp_lib.output_ebp_d on the float32 copy of the network."""
-    net32 = float32_network(net)
-    weights = ebp_p_weights(net32)
-    with threadpool_limits(limits=BLAS_THREADS, user_api="blas"):
-        yield lambda x: (ebp_p(net32, weights, x), ebp_lib.output_ebp_d(net32, x.astype(FAST_DTYPE)))
+def train_step(net, x, y, rng, step) -> None:
+    """One EBP step on the whole minibatch x (ebp_lib.train_step); `step` names it in the messages."""
+    train_steps(net, x, y, np.arange(len(x)), len(x), rng, lambda k: step)

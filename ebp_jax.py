@@ -52,7 +52,7 @@ def structure(net: ebp_lib.Network, dtype=None) -> Structure:
     return Structure(net.weights, net.dropout, float(net.keep),
                      tuple(None if layer.mask is None else jnp.asarray(layer.mask, dtype) for layer in net.layers),
                      any(layer.held for layer in net.layers),
-                     tuple(jnp.asarray(layer.n, dtype) for layer in net.layers))
+                     tuple(jnp.asarray(layer.normaliser, dtype) for layer in net.layers))
 
 
 def parameters(net: ebp_lib.Network, dtype=None) -> list[tuple[jax.Array, jax.Array]]:
@@ -146,3 +146,114 @@ def to_network(net: ebp_lib.Network, params) -> ebp_lib.Network:
                                          layer.held) for (h, b), layer in zip(params, net.layers)],
                           net.weights, net.architecture, net.input_side, net.dropout, net.keep, net.mask_reading)
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# engine="jax": ebp_lib's Engine interface (step, steps, outputs) in float32, like engine="fast"
+# ----------------------------------------------------------------------------------------------------------
+
+_step = jax.jit(ebp_step, static_argnames=("s",))
+
+
+def _float32(net: ebp_lib.Network):
+    return parameters(net, jnp.float32), structure(net, jnp.float32)
+
+
+def _write_back(net: ebp_lib.Network, params) -> None:
+    for layer, (h, b) in zip(net.layers, params):
+        layer.h[...] = np.asarray(h, layer.h.dtype)
+        layer.b[...] = np.asarray(b, layer.b.dtype)
+
+
+def _finite(params) -> bool:
+    return all(bool(jnp.isfinite(h).all() & jnp.isfinite(b).all()) for h, b in params)
+
+
+def _draw_masks(net: ebp_lib.Network, batch: int, rng) -> tuple:
+    """The sampled dropout masks of one step, drawn from `rng` exactly as ebp_lib.forward draws them (layer by
+    layer, rng.random of each layer's input shape), so both engines see the same masks."""
+    if net.dropout != "sampled":
+        return (None,) * len(net.layers)
+    return tuple(jnp.asarray(rng.random((batch, width)) < net.keep, jnp.float32) for width in net.sizes[:-1])
+
+
+def _single_steps(net, params, s, x, y, batches, rng, step_name):
+    """Steps one minibatch at a time (sampled dropout, or locating a non-finite step): stops before the first
+    step whose result is not finite, with the reference engine's error (ebp_lib.backward's message)."""
+    for k, idx in enumerate(batches):
+        new = _step(params, jnp.asarray(x[idx], jnp.float32), jnp.asarray(y[idx], jnp.float32),
+                    _draw_masks(net, len(idx), rng), s)
+        if not _finite(new):
+            _write_back(net, params)
+            fwd = ebp_lib.forward(net, x[idx])
+            raise FloatingPointError(f"non-finite parameters after step {step_name(k)}: "
+                                     f"{ebp_lib.nonfinite_origin(net, fwd)}; training stopped before that update, "
+                                     f"so the parameters are those of the last finite step")
+        params = new
+    return params
+
+
+def train_step(net: ebp_lib.Network, x, y, rng, step) -> None:
+    """ebp_lib's train_step on engine="jax": one float32 step, written back into `net`."""
+    params, s = _float32(net)
+    _write_back(net, _single_steps(net, params, s, x, y, [np.arange(len(x))], rng, lambda k: step))
+
+
+def train_steps(net: ebp_lib.Network, x, y, order, batch_size, rng, step_name) -> None:
+    """The steps on the minibatches of x[order]: without sampled dropout the full minibatches run as one
+    lax.scan (train_epoch) and a remainder as one more step; a non-finite result is replayed step by step to stop
+    where the reference stops."""
+    params, s = _float32(net)
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    if net.dropout == "sampled":
+        return _write_back(net, _single_steps(net, params, s, x, y, batches, rng, step_name))
+    n_full = len(order) // batch_size * batch_size
+    x32, y32 = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+    trained = train_epoch(params, x32, y32, jnp.asarray(order[:n_full]), s, batch_size) if n_full else params
+    if not _finite(trained):
+        trained = _single_steps(net, params, s, x, y, batches[:n_full // batch_size], rng, step_name)
+    _write_back(net, _single_steps(net, trained, s, x, y, batches[n_full // batch_size:], rng,
+                                   lambda k: step_name(k + n_full // batch_size)))
+
+
+@partial(jax.jit, static_argnames=("s",))
+def _outputs(params, x, s: Structure):
+    """EBP-P (ν_L of the forward pass, test-time dropout scaling) and EBP-D (the sign network) of a batch."""
+    moments = [weight_moments(h, mask, s) for (h, _), mask in zip(params, s.masks)]
+    scale = s.keep if s.dropout == "sampled" else 1.0
+    nu, v2 = x, x * x
+    nu2 = (1.0 - 4.0 * s.keep * (1.0 - s.keep)) * v2 if s.dropout == "analytic" else v2
+    v = x
+    last = len(params) - 1
+    for k, ((h, b), (m, w2), mask, n) in enumerate(zip(params, moments, s.masks, s.norms)):
+        if s.dropout == "sampled":
+            nu = scale * nu
+            v2 = scale ** 2 * (jnp.ones_like(nu) if v2 is None else v2)
+            nu2 = nu * nu
+        second = jnp.sum(w2, axis=1) if v2 is None else _matmul(v2, w2.T)
+        sigma2 = (second - _matmul(nu2, (m * m).T) + 1.0) / n
+        mu = (_matmul(nu, m.T) + b) / jnp.sqrt(n)
+        nu, v2 = erf(mu / jnp.sqrt(2.0 * sigma2)), None
+        nu2 = nu * nu
+        w = jnp.sign(h) if s.weights == "binary" else h
+        u = scale * _matmul(v, (w if mask is None else w * mask).T) + b
+        v = u if k == last else jnp.where(u >= 0, 1.0, -1.0).astype(u.dtype)
+    return nu, v
+
+
+class _JaxOutputs:
+    """ebp_lib's outputs context for engine="jax": x ↦ (EBP-P, EBP-D) as numpy float32 arrays."""
+
+    def __init__(self, net: ebp_lib.Network):
+        self.params, self.s = _float32(net)
+
+    def __enter__(self):
+        return lambda x: tuple(np.asarray(o) for o in _outputs(self.params, jnp.asarray(x, jnp.float32), self.s))
+
+    def __exit__(self, *exc):
+        return False
+
+
+def engine() -> ebp_lib.Engine:
+    """engine="jax" for ebp_lib (ENGINES): training and evaluation in float32 JAX."""
+    return ebp_lib.Engine(train_step, train_steps, _JaxOutputs)

@@ -5,238 +5,32 @@ Networks for Image Classification using Expectation Backpropagation". The number
 equation; this file implements each one once, in the order they derive them, and `docs/maths.md` states
 them (references "docs/maths.md §Forward pass" name its sections).
 
-Sections: data (notebook 00) · model: posterior and architecture (01, 04, 05, 08) · forward pass (02, 07) ·
-backward pass (03) · update and one training step (03, 04) · outputs EBP-P / EBP-D (06) · training loop ·
-persistence.
+Sections: model: posterior and architecture (notebooks 01, 04, 05, 08) · forward pass (02, 07) · backward pass
+(03) · update and one training step (03, 04) · outputs EBP-P / EBP-D and the sign network (06) · engines ·
+training loop · persistence.
 
-Beside it: `ebp_fast.py` runs the same training step and evaluation in float32 as compiled (numba) loops
-(`engine="fast"`, the default; imported only when used); `ebp_checks.py` holds the Monte Carlo,
-finite-difference and exact-enumeration references that the tests and notebooks check this file against;
-`ebp_analysis.py` the notebooks' helpers for trained networks (learning curves, calibration, receptive fields).
+Beside it: `ebp_data.py` loads and standardises the data (notebook 00); `ebp_checkpoint.py` is the file format
+of saved networks and checkpoints; `ebp_fast.py` runs the same training steps in float32 as compiled (numba)
+loops (`engine="fast"`, the default; see ENGINES); `ebp_checks.py` holds the Monte Carlo, finite-difference and
+exact-enumeration references that the tests and notebooks check this file against; `ebp_analysis.py` the
+notebooks' helpers for trained networks (learning curves, calibration, receptive fields).
 """
 from __future__ import annotations
 
 import contextlib
-import gzip
-import hashlib
-import json
-import os
 import time
-import zipfile
-import zlib
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from scipy import special
+from threadpoolctl import threadpool_limits
 
-ENGINES = ("fast", "reference")
+from ebp_checkpoint import CheckpointError, check_same_run, float32_if_exact, open_checkpoint, write_checkpoint
+from ebp_data import Dataset
+
 DEFAULT_ENGINE = "fast"  # float32 compiled loops (ebp_fast.py); "reference" runs the numpy code of this file
-
-# ----------------------------------------------------------------------------------------------------------
-# Data: MNIST and Fashion-MNIST from the standard IDX .gz files (docs/maths.md §Data protocol)
-# ----------------------------------------------------------------------------------------------------------
-
-DATA_ENV_VAR = "EBP_DATA_DIR"
-CACHE_DIR = Path(__file__).resolve().parent / ".cache" / "data"
-SPLIT_FILES = {
-    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
-}
-DATASETS = {
-    "mnist": {
-        "mirrors": [
-            "https://ossci-datasets.s3.amazonaws.com/mnist/",
-            "https://storage.googleapis.com/cvdf-datasets/mnist/",
-            "http://yann.lecun.com/exdb/mnist/",
-        ],
-        "md5": {
-            "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
-            "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
-            "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
-            "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
-        },
-    },
-    "fashion-mnist": {
-        "mirrors": ["http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"],
-        "md5": {
-            "train-images-idx3-ubyte.gz": "cf8536b0aa1a6ac5fa3f23001093305c",
-            "train-labels-idx1-ubyte.gz": "10bea18fdb374794d4bb42e356e600c9",
-            "t10k-images-idx3-ubyte.gz": "f78720b4224f21cce2f2ccf2d7a94c9a",
-            "t10k-labels-idx1-ubyte.gz": "0d30e22e447f3c33dab9ed536400ac01",
-        },
-    },
-}
-IDX_MAGIC = {1: 2049, 3: 2051}  # labels (1-D), images (3-D): 0x00000801 / 0x00000803, unsigned bytes
-
-
-class DataError(ValueError):
-    """A data file is missing, corrupted or not what it claims to be. The message names the file."""
-
-
-class DataNotFoundError(DataError, FileNotFoundError):
-    """The data files are in none of the places looked at, and could not be downloaded."""
-
-
-def md5sum(path) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def read_idx(path, ndim: int) -> np.ndarray:
-    """Decode one gzipped IDX file of unsigned bytes with `ndim` dimensions; every check names the file."""
-    path = Path(path)
-    try:
-        with gzip.open(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError; truncation is an EOFError
-        raise DataError(f"{path}: not a complete gzip file ({err}); delete it and fetch it again") from err
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise DataError(f"{path}: only {len(raw)} bytes, shorter than an IDX header")
-    magic = int.from_bytes(raw[:4], "big")
-    if magic != IDX_MAGIC[ndim]:
-        raise DataError(f"{path}: IDX magic number {magic:#010x}, expected {IDX_MAGIC[ndim]:#010x} "
-                        f"({ndim}-D unsigned bytes); is this the right file?")
-    shape = tuple(int.from_bytes(raw[4 + 4 * k: 8 + 4 * k], "big") for k in range(ndim))
-    expected = int(np.prod(shape))
-    if len(raw) - header != expected:
-        raise DataError(f"{path}: header promises shape {shape} ({expected} bytes) but the file holds "
-                        f"{len(raw) - header} bytes of data")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape).copy()
-
-
-def read_split(images_path, labels_path) -> tuple[np.ndarray, np.ndarray]:
-    """Images (n, 28, 28) uint8 and labels (n,) uint8 of one split, checked against each other."""
-    images, labels = read_idx(images_path, 3), read_idx(labels_path, 1)
-    if len(images) != len(labels):
-        raise DataError(f"{images_path} holds {len(images)} images but {labels_path} holds {len(labels)} labels")
-    if labels.size and labels.max() > 9:
-        raise DataError(f"{labels_path}: label {labels.max()} outside 0..9")
-    return images, labels
-
-
-def _download(dataset: str, name: str, errors: list[str]) -> Path | None:
-    """Fetch one file into the cache with pooch, verifying its md5; None if no mirror gave the right file.
-    Each mirror's failure (no network, HTTP error, md5 mismatch) is appended to `errors`."""
-    import pooch  # only needed on a machine with internet and no local copy
-
-    spec = DATASETS[dataset]
-    for mirror in spec["mirrors"]:
-        try:
-            return Path(pooch.retrieve(mirror + name, known_hash="md5:" + spec["md5"][name],
-                                       fname=name, path=CACHE_DIR / dataset, progressbar=False))
-        except Exception as err:  # noqa: BLE001 - any failure means: try the next mirror
-            errors.append(f"{mirror}{name}: {type(err).__name__}: {err}")
-    return None
-
-
-def find_data_files(dataset: str = "mnist", data_dir=None, download: bool = True) -> dict[str, Path]:
-    """Locate and verify the four files of `dataset`: in `data_dir` if given (and nowhere else), otherwise in
-    $EBP_DATA_DIR/<dataset>, then the cache folder, then by download into the cache. Each file's md5 is checked."""
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(DATASETS)}")
-    if data_dir is not None:
-        folders = [Path(data_dir) / dataset if (Path(data_dir) / dataset).is_dir() else Path(data_dir)]
-        download = False
-    else:
-        folders = [Path(os.environ[DATA_ENV_VAR]) / dataset] if os.environ.get(DATA_ENV_VAR) else []
-        folders.append(CACHE_DIR / dataset)
-    found, missing, errors = {}, [], []
-    for name, md5 in DATASETS[dataset]["md5"].items():
-        path = next((folder / name for folder in folders if (folder / name).is_file()), None)
-        if path is None and download:
-            path = _download(dataset, name, errors)
-        if path is None:
-            missing.append(name)
-            continue
-        actual = md5sum(path)
-        if actual != md5:
-            raise DataError(f"{path}: md5 {actual} does not match the published {md5}; the file is corrupted "
-                            f"or a different version: delete it and fetch the original")
-        found[name] = path
-    if missing:
-        raise DataNotFoundError(
-            f"{dataset}: cannot find {', '.join(missing)} in {', '.join(map(str, folders))}"
-            f"{' and could not download them' if download else ''}. Put the original IDX .gz files in a folder "
-            f"and set {DATA_ENV_VAR} to its parent (it must hold '{dataset}/'), or pass data_dir=."
-            f"{' Last download error: ' + errors[-1] if errors else ''}")
-    return found
-
-
-def load_raw(dataset: str = "mnist", data_dir=None) -> dict[str, np.ndarray]:
-    """The raw uint8 arrays: train/test images (n, 28, 28) and labels (n,)."""
-    files = find_data_files(dataset, data_dir)
-    out = {}
-    for split, (images, labels) in SPLIT_FILES.items():
-        out[f"{split}_images"], out[f"{split}_labels"] = read_split(files[images], files[labels])
-    return out
-
-
-def standardise(train: np.ndarray, test: np.ndarray, mode: str = "pixel", std_floor: float = 0.0,
-                dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
-    """Centre and scale images as 784-vectors, with statistics from the training set only
-    (docs/maths.md §Data protocol).
-
-    mode "pixel": each input variable to mean 0, std 1 (LeCun et al.'s Efficient BackProp; the paper's reading).
-       Pixels whose std is <= std_floor are divided by std_floor instead; with the default floor 0, pixels
-       constant over the training set become exactly 0.
-    mode "global": one mean and one std over all training pixels.   mode "unit": pixels / 255, no centring.
-    """
-    x_train = train.reshape(len(train), -1).astype(dtype)
-    x_test = test.reshape(len(test), -1).astype(dtype)
-    if mode == "pixel":
-        mean = x_train.mean(axis=0)
-        std = np.sqrt(np.square(x_train - mean).mean(axis=0))
-        scale = np.maximum(std, std_floor)
-        scale[scale == 0] = np.inf  # constant pixel: (x - mean) is 0 anyway; map it to exactly 0
-    elif mode == "global":
-        mean, scale = x_train.mean(), x_train.std()
-    elif mode == "unit":
-        mean, scale = 0.0, 255.0
-    else:
-        raise ValueError(f"unknown preprocessing {mode!r}; choose 'pixel', 'global' or 'unit'")
-    for x in (x_train, x_test):  # in place: these arrays are large
-        x -= mean
-        x /= scale
-    return x_train, x_test
-
-
-def one_vs_all(labels: np.ndarray, n_classes: int = 10, dtype=np.float64) -> np.ndarray:
-    """Targets y_k = +1 for the true class and -1 otherwise (the paper's "2δ+1" is a misprint for 2δ-1)."""
-    return np.where(np.arange(n_classes) == np.asarray(labels)[:, None], 1.0, -1.0).astype(dtype)
-
-
-@dataclass
-class Dataset:
-    """Preprocessed data: x (n, 784) inputs, y (n, 10) ±1 targets, labels (n,) digits."""
-    name: str
-    preprocessing: str
-    x_train: np.ndarray
-    y_train: np.ndarray
-    labels_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    labels_test: np.ndarray
-
-
-def load_dataset(dataset: str = "mnist", preprocessing: str = "pixel", std_floor: float = 0.0,
-                 n_train: int | None = None, data_dir=None, dtype=np.float64) -> Dataset:
-    """Load, verify and preprocess a dataset; `n_train` keeps the first n training images (quick runs).
-    The standardisation statistics come from the training images that are kept."""
-    raw = load_raw(dataset, data_dir)
-    train_images, train_labels = raw["train_images"], raw["train_labels"]
-    if n_train is not None:
-        if not 1 <= int(n_train) <= len(train_images):
-            raise ValueError(f"n_train={n_train} must be between 1 and {len(train_images)}")
-        train_images, train_labels = train_images[:n_train], train_labels[:n_train]
-    x_train, x_test = standardise(train_images, raw["test_images"], preprocessing, std_floor, dtype)
-    return Dataset(dataset, preprocessing, x_train, one_vs_all(train_labels, dtype=dtype), train_labels,
-                   x_test, one_vs_all(raw["test_labels"], dtype=dtype), raw["test_labels"])
-
 
 # ----------------------------------------------------------------------------------------------------------
 # Model: the mean-field posterior of every weight, and the architecture (docs/maths.md §Notation,
@@ -254,19 +48,19 @@ MASK_READINGS = ("absent", "held")
 @dataclass
 class Layer:
     """One layer's posterior: h (V, K) natural parameters (binary) or means (real), b (V,) the real bias,
-    an optional 0/1 connectivity mask (V, K). `n` (V,) is the normaliser N = fan-in + 1 of each unit (the +1
-    is the bias, docs/maths.md §Notation); with a mask the fan-in is the number of connected inputs, unless
-    `held`: then the masked weights are held at h = 0 but still count (the "held" reading of MASK_READINGS)."""
+    an optional 0/1 connectivity mask (V, K). `normaliser` (V,) is N = fan-in + 1 of each unit (the +1 is the
+    bias, docs/maths.md §Notation); with a mask the fan-in is the number of connected inputs, unless `held`:
+    then the masked weights are held at h = 0 but still count (the "held" reading of MASK_READINGS)."""
     h: np.ndarray
     b: np.ndarray
     mask: np.ndarray | None = None
     held: bool = False
-    n: np.ndarray = field(init=False)
+    normaliser: np.ndarray = field(init=False)
 
     def __post_init__(self):
         absent = self.mask is not None and not self.held
         fan_in = self.mask.sum(axis=1) if absent else np.full(len(self.h), self.h.shape[1])
-        self.n = (fan_in + 1).astype(self.h.dtype)
+        self.normaliser = (fan_in + 1).astype(self.h.dtype)
 
 
 @dataclass
@@ -385,7 +179,7 @@ def paper_architecture(name: str, n_classes: int = 10) -> list:
     try:
         return [int(v) for v in name.split("-")] + [n_classes]
     except ValueError:
-        raise ValueError(f"unknown architecture {name!r}; use e.g. '800', '800-800', 'block13' or '361-100'")
+        raise ValueError(f"unknown architecture {name!r}; use e.g. '800', '800-800', 'block13' or '361-100'") from None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -401,11 +195,11 @@ def layer_moments(layer: Layer, weights: str, nu_prev, v2_prev, nu2_prev):
     nu_prev = ⟨v⟩, v2_prev = ⟨v²⟩ (None for ±1 hidden units, where it is 1), nu2_prev = ⟨v⟩² (it differs
     from nu_prev² only for the analytic input dropout). Returns μ, σ² and ⟨W⟩ (the backward pass reuses it).
     """
-    m, w2 = weight_moments(layer, weights)
+    w_mean, w2 = weight_moments(layer, weights)
     second = w2.sum(axis=1) if v2_prev is None else v2_prev @ w2.T
-    mu = (nu_prev @ m.T + layer.b) / np.sqrt(layer.n)
-    sigma2 = (second - nu2_prev @ (m * m).T + 1.0) / layer.n
-    return mu, sigma2, m
+    mu = (nu_prev @ w_mean.T + layer.b) / np.sqrt(layer.normaliser)
+    sigma2 = (second - nu2_prev @ (w_mean * w_mean).T + 1.0) / layer.normaliser
+    return mu, sigma2, w_mean
 
 
 def unit_mean(mu, sigma2):
@@ -421,9 +215,10 @@ def gaussian_at_zero(mu, sigma2):
 @dataclass
 class Pass:
     """What one forward pass keeps for the backward pass: per layer the (effective) input means ν_{l-1},
-    ⟨W⟩, μ_l, σ²_l, ν_l and the dropout masks of the inputs (None without sampled dropout)."""
+    the weight means w_mean = ⟨W_l⟩, μ_l, σ²_l, ν_l and the dropout masks of the inputs (None without sampled
+    dropout)."""
     inputs: list
-    m: list
+    w_mean: list
     mu: list
     sigma2: list
     nu: list
@@ -454,9 +249,9 @@ def forward(net: Network, x: np.ndarray, train: bool = False, rng=None) -> Pass:
                 nu = net.keep * nu
                 v2 = np.full_like(nu, net.keep ** 2) if v2 is None else net.keep ** 2 * v2
             nu2 = nu * nu
-        mu, sigma2, m = layer_moments(layer, net.weights, nu, v2, nu2)
+        mu, sigma2, w_mean = layer_moments(layer, net.weights, nu, v2, nu2)
         out.inputs.append(nu)
-        out.m.append(m)
+        out.w_mean.append(w_mean)
         out.masks.append(mask)
         out.mu.append(mu)
         out.sigma2.append(sigma2)
@@ -496,7 +291,7 @@ def backward(net: Network, fwd: Pass, y: np.ndarray, step: int | None = None) ->
     """
     deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
     for k in range(len(net.layers) - 1, 0, -1):
-        back = (deltas[0] / np.sqrt(net.layers[k].n)) @ fwd.m[k]
+        back = (deltas[0] / np.sqrt(net.layers[k].normaliser)) @ fwd.w_mean[k]
         delta = 2.0 * gaussian_at_zero(fwd.mu[k - 1], fwd.sigma2[k - 1]) * back
         if fwd.masks[k] is not None:
             delta *= fwd.masks[k]
@@ -540,7 +335,7 @@ def increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.nda
     """
     out = []
     for layer, nu_prev, delta in zip(net.layers, fwd.inputs, deltas):
-        inc = (delta / np.sqrt(layer.n)).T @ nu_prev
+        inc = (delta / np.sqrt(layer.normaliser)).T @ nu_prev
         out.append(inc * layer.mask if layer.mask is not None else inc)
     return out
 
@@ -553,32 +348,17 @@ def update(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> None:
     """
     for layer, increment, delta in zip(net.layers, increments(net, fwd, deltas), deltas):
         layer.h += increment
-        layer.b += (delta / np.sqrt(layer.n)).sum(axis=0)
+        layer.b += (delta / np.sqrt(layer.normaliser)).sum(axis=0)
 
 
 def train_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int | None = None,
                engine: str = DEFAULT_ENGINE) -> None:
     """One EBP step on a minibatch: forward, backward, update (the corrected Algorithm 1). `rng` draws the
     sampled dropout masks. engine="fast" runs the same step in float32 (ebp_fast.py); use train_epoch for speed."""
-    _check_engine(engine)
+    chosen = resolve_engine(engine)
     if rng is None and net.dropout == "sampled":
         raise ValueError("sampled dropout draws its masks from rng: pass rng=np.random.default_rng(seed)")
-    if engine == "fast":
-        return _fast_engine().train(net, x, y, np.arange(len(x)), len(x), rng, lambda k: step)
-    fwd = forward(net, x, train=True, rng=rng)
-    update(net, fwd, backward(net, fwd, y, step))
-
-
-def _check_engine(engine) -> None:
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose 'fast' (float32, compiled epoch) or 'reference'")
-
-
-def _fast_engine():
-    """ebp_fast, imported on first use: compiling (or loading) its numba kernels takes seconds."""
-    import ebp_fast
-
-    return ebp_fast
+    chosen.step(net, x, y, rng, step)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -590,33 +370,168 @@ def output_ebp_p(net: Network, x: np.ndarray) -> np.ndarray:
     return forward(net, x).nu[-1]
 
 
-def output_ebp_d(net: Network, x: np.ndarray) -> np.ndarray:
-    """EBP-D: the deterministic net with W = sign(h) (binary) or h (real) and the real bias; hidden units
-    sign(W v + b) (+1 at 0), a linear output layer. Sampled dropout scales W by p. Computes in x's dtype."""
-    v = x
-    scale = net.keep if net.dropout == "sampled" else 1.0
-    for k, layer in enumerate(net.layers):
+def hard_sign(u: np.ndarray) -> np.ndarray:
+    """sign(u) as ±1 with +1 at 0, in u's dtype: a hidden unit of the deterministic network."""
+    return np.where(u >= 0, u.dtype.type(1), u.dtype.type(-1))
+
+
+def sign_network(x: np.ndarray, parameters, scale: float = 1.0, sign=hard_sign, noise=None) -> list[np.ndarray]:
+    """The deterministic network of ±1 units (docs/maths.md §Outputs): with v_0 = x and, for each layer l, its
+    weights and bias (W_l, b_l) from `parameters`,
+
+        u_l = p·(v_{l−1} W_lᵀ) + b_l,    v_l = sign(u_l) for the hidden layers,    the output layer linear;
+
+    p = `scale`. `noise(V)`, if given, draws V numbers that are added to u_l after the bias. `parameters` is read
+    one layer at a time, so weights it draws at random are drawn in layer order, each before that layer's noise.
+    Returns [v_1, ..., v_{L−1}, u_L], in the dtype of the products."""
+    values, v = [], x
+    for w, b in parameters:
+        if values:  # the previous layer was a hidden one
+            v = values[-1] = sign(values[-1])
+        u = scale * (v @ w.T) + b
+        if noise is not None:
+            u = u + noise(len(b))
+        values.append(u)
+    return values
+
+
+def ebp_d_parameters(net: Network) -> list[tuple[np.ndarray, np.ndarray]]:
+    """EBP-D's weights and biases, per layer: W = sign(h) (binary) or h (real), 0 off a mask, and the real bias b."""
+    out = []
+    for layer in net.layers:
         w = np.sign(layer.h) if net.weights == "binary" else layer.h
-        if layer.mask is not None:
-            w = w * layer.mask
-        u = scale * (v @ w.T) + layer.b
-        v = u if k == len(net.layers) - 1 else np.where(u >= 0, 1.0, -1.0).astype(u.dtype)
-    return v
+        out.append((w * layer.mask if layer.mask is not None else w, layer.b))
+    return out
+
+
+def output_ebp_d(net: Network, x: np.ndarray) -> np.ndarray:
+    """EBP-D: the sign network with W = sign(h) (binary) or h (real) and the real bias (ebp_d_parameters): hidden
+    units sign(W v + b) (+1 at 0), a linear output layer. Sampled dropout scales W by p. Computes in x's dtype."""
+    return sign_network(x, ebp_d_parameters(net), net.keep if net.dropout == "sampled" else 1.0)[-1]
 
 
 def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000,
              engine: str = DEFAULT_ENGINE) -> dict[str, float]:
     """Test errors (fractions of x whose argmax output is not the label) of EBP-P and EBP-D, `batch` images at
     a time; engine="fast": the same outputs in float32 (they differ only on near-ties between two classes)."""
-    _check_engine(engine)
+    chosen = resolve_engine(engine)
     wrong = np.zeros(2, dtype=np.int64)
-    reference = contextlib.nullcontext(lambda x: (output_ebp_p(net, x), output_ebp_d(net, x)))
-    with _fast_engine().outputs(net) if engine == "fast" else reference as outputs:  # x ↦ (EBP-P, EBP-D)
+    with chosen.outputs(net) as outputs:  # x ↦ (EBP-P, EBP-D)
         for start in range(0, len(x), batch):
             ebp_p, ebp_d = outputs(x[start:start + batch])
             wrong += [np.sum(ebp_p.argmax(axis=1) != labels[start:start + batch]),
                       np.sum(ebp_d.argmax(axis=1) != labels[start:start + batch])]
     return {"ebp_p": int(wrong[0]) / len(x), "ebp_d": int(wrong[1]) / len(x)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Engines: how the training steps and the outputs are computed. "reference" is this file's numpy in the
+# network's dtype; "fast" trains with ebp_fast's compiled float32 epoch and evaluates in float32 with BLAS.
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Engine:
+    """step(net, x, y, rng, step): one EBP step on the minibatch x, in place (train_step);
+    steps(net, x, y, order, batch_size, rng, step_name): the steps on the minibatches of x[order] (train_steps);
+    outputs(net): a context manager giving x ↦ (EBP-P outputs, EBP-D outputs) (evaluate)."""
+    step: Callable
+    steps: Callable
+    outputs: Callable
+
+
+def _reference_step(net: Network, x, y, rng, step) -> None:
+    fwd = forward(net, x, train=True, rng=rng)
+    update(net, fwd, backward(net, fwd, y, step))
+
+
+def _reference_steps(net: Network, x, y, order, batch_size, rng, step_name) -> None:
+    for k, start in enumerate(range(0, len(order), batch_size)):
+        idx = order[start:start + batch_size]
+        train_step(net, x[idx], y[idx], rng, step=step_name(k), engine="reference")
+
+
+def _reference_outputs(net: Network):
+    return contextlib.nullcontext(lambda x: (output_ebp_p(net, x), output_ebp_d(net, x)))
+
+
+BLAS_THREADS = 1  # the float32 evaluation's matrix products: one BLAS thread per process (several runs share cores)
+
+
+@contextlib.contextmanager
+def float32_outputs(net: Network):
+    """The fast engine's evaluation: x ↦ (EBP-P, EBP-D outputs) in float32, BLAS limited to BLAS_THREADS threads
+    while the context is open. Both run on a copy of `net` with h and b rounded to float32: EBP-D is output_ebp_d
+    itself; EBP-P is _float32_ebp_p, with the weight moments computed once for all batches."""
+    net32 = replace(net, layers=[replace(layer, h=layer.h.astype(np.float32), b=layer.b.astype(np.float32))
+                                 for layer in net.layers])
+    moments = _float32_weight_moments(net32)
+    with threadpool_limits(limits=BLAS_THREADS, user_api="blas"):
+        yield lambda x: (_float32_ebp_p(net32, moments, x), output_ebp_d(net32, x.astype(np.float32)))
+
+
+def _float32_weight_moments(net32: Network) -> list:
+    """(⟨W⟩, ⟨W⟩², mask) of every layer of a float32 network, for _float32_ebp_p (the mask only where masked weights
+    are absent: held ones keep ⟨W²⟩ = 1 in σ²)."""
+    out = []
+    for layer in net32.layers:
+        w_mean = np.tanh(layer.h) if net32.weights == "binary" else layer.h
+        absent = layer.mask is not None and not layer.held
+        out.append((w_mean, w_mean * w_mean, layer.mask.astype(np.float32) if absent else None))
+    return out
+
+
+def _float32_ebp_p(net32: Network, moments: list, x) -> np.ndarray:
+    """output_ebp_p in float32, from the weight moments of _float32_weight_moments, with ⟨W²⟩ = 1 (binary) or
+    ⟨W⟩² + 1 (real) folded into σ² as ebp_fast's kernels fold it (layer_moments' σ² rearranged):
+
+        σ²·N = Σ mask⟨v²⟩ + 1 − Σ ⟨W⟩²·m2_factor,   m2_factor = ν² (binary) or ν² − ⟨v²⟩ (real)."""
+    nu = x.astype(np.float32)
+    v2 = nu * nu
+    nu2 = (1.0 - 4.0 * net32.keep * (1.0 - net32.keep)) * v2 if net32.dropout == "analytic" else v2
+    for layer, (w_mean, w_mean2, mask) in zip(net32.layers, moments):
+        if net32.dropout == "sampled":  # test time: the weights scaled by p
+            nu, v2 = net32.keep * nu, net32.keep ** 2 * (np.ones_like(nu) if v2 is None else v2)
+            nu2 = nu * nu
+        if v2 is None:  # ±1 hidden units: ⟨v²⟩ = 1
+            second, m2_factor = layer.normaliser, (nu2 if net32.weights == "binary" else nu2 - 1.0)
+        else:
+            second = (v2 @ mask.T if mask is not None else v2.sum(axis=1, keepdims=True)) + 1.0
+            m2_factor = nu2 if net32.weights == "binary" else nu2 - v2
+        mu = (nu @ w_mean.T + layer.b) / np.sqrt(layer.normaliser)
+        sigma2 = (second - m2_factor @ w_mean2.T) / layer.normaliser
+        nu, v2 = unit_mean(mu, sigma2), None
+        nu2 = nu * nu
+    return nu
+
+
+def _reference_engine() -> Engine:
+    return Engine(_reference_step, _reference_steps, _reference_outputs)
+
+
+def _fast_engine() -> Engine:
+    # ebp_fast is imported here, when the fast engine is first used, not with this module: importing numba costs
+    # a second, which the notebooks that never train (00-03) do not pay.
+    import ebp_fast
+
+    return Engine(ebp_fast.train_step, ebp_fast.train_steps, float32_outputs)
+
+
+def _jax_engine() -> Engine:
+    # ebp_jax (EBP as jax.grad with frozen variances) is imported on first use: JAX is heavy to import.
+    import ebp_jax
+
+    return ebp_jax.engine()
+
+
+ENGINES = {"fast": _fast_engine, "reference": _reference_engine, "jax": _jax_engine}  # name → the engine
+
+
+def resolve_engine(name) -> Engine:
+    """The engine called `name` in ENGINES; ValueError for any other name."""
+    if not isinstance(name, str) or name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; choose 'fast' (float32, compiled epoch), 'jax' (float32, "
+                         f"EBP as jax.grad) or 'reference'")
+    return ENGINES[name]()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -631,10 +546,10 @@ def check_training(net: Network, x: np.ndarray, y: np.ndarray, batch_size, engin
                          f"(flatten the {net.input_side}x{net.input_side} images)")
     if y.shape != (len(x), net.sizes[-1]):
         raise ValueError(f"targets have shape {y.shape}; need ({len(x)}, {net.sizes[-1]}) ±1 one-vs-all "
-                         f"vectors (see one_vs_all)")
+                         f"vectors (see ebp_data.one_vs_all)")
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1 (1 = the paper's online learning)")
-    _check_engine(engine)
+    resolve_engine(engine)
 
 
 def train_epoch(net: Network, x: np.ndarray, y: np.ndarray, batch_size: int, rng, epoch: int = 0,
@@ -649,12 +564,10 @@ def train_steps(net: Network, x: np.ndarray, y: np.ndarray, order: np.ndarray, b
                 engine: str = DEFAULT_ENGINE, epoch: int = 0, first_step: int = 0) -> None:
     """EBP steps on the minibatches x[order[:batch_size]], x[order[batch_size:2 batch_size]], ... in turn; error
     messages call them steps first_step, first_step + 1, ... of epoch `epoch` (counted from 0)."""
-    step_name = lambda k: f"{first_step + k} of epoch {epoch + 1} (batch size {batch_size})"  # noqa: E731
-    if engine == "fast":
-        return _fast_engine().train(net, x, y, order, batch_size, rng, step_name)
-    for k, start in enumerate(range(0, len(order), batch_size)):
-        idx = order[start:start + batch_size]
-        train_step(net, x[idx], y[idx], rng, step=step_name(k), engine="reference")
+    def step_name(k):
+        return f"{first_step + k} of epoch {epoch + 1} (batch size {batch_size})"
+
+    resolve_engine(engine).steps(net, x, y, order, batch_size, rng, step_name)
 
 
 def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,
@@ -678,7 +591,7 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
            **(run_config or {})}
     if checkpoint is not None and Path(checkpoint).exists():
         saved, meta = load_network(checkpoint)
-        _check_same_run(checkpoint, {**meta, "config": _config(saved)}, run)
+        check_same_run(checkpoint, {**meta, "config": _config(saved)}, run)
         net, history = saved, meta["history"]
         rng.bit_generator.state = meta["rng_state"]
     for epoch in range(len(history), epochs):
@@ -699,100 +612,73 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Persistence: one .npz holds the posterior, the configuration and (for checkpoints) the training state
+# Persistence: one .npz (ebp_checkpoint) holds the posterior, the configuration and, for checkpoints, the
+# training state
 # ----------------------------------------------------------------------------------------------------------
-
-class CheckpointError(ValueError):
-    """A saved network or checkpoint cannot be read (empty, truncated, corrupt, or not written by save_network)."""
-
-
-class CheckpointMismatchError(ValueError):
-    """A checkpoint belongs to another run (network, seed, batch size, engine or data settings differ)."""
-
 
 def _config(net: Network) -> dict:
     config = {"architecture": net.architecture, "weights": net.weights, "input_side": net.input_side,
               "dropout": net.dropout, "keep": net.keep, "dtype": str(net.layers[0].h.dtype)}
-    if net.mask_reading != "absent":  # only then: files written before the option existed stay comparable
-        config["mask_reading"] = net.mask_reading
+    if net.mask_reading != "absent":  # only then: checkpoints of "absent" networks record no mask_reading and
+        config["mask_reading"] = net.mask_reading  # must still compare equal to the configuration of their runs
     return config
 
 
-def _check_same_run(path, meta: dict, wanted: dict) -> None:
-    """Refuse to resume a run from a checkpoint of a different one, naming every setting that differs.
-    Checkpoints written before `run` was saved record only the network, seed and batch size: those are compared."""
-    saved = meta.get("run") or {"network": meta["config"], "seed": meta.get("seed"),
-                                "batch_size": meta.get("batch_size")}
-    keys = sorted(set(saved) | set(wanted)) if "run" in meta else sorted(saved)
-    diffs = [f"{k}: checkpoint {saved.get(k)!r}, this run {wanted.get(k)!r}" for k in keys
-             if saved.get(k) != wanted.get(k)]
-    if diffs:
-        raise CheckpointMismatchError(f"checkpoint {path} was written by another run; resuming it would mix two "
-                                      f"runs:\n  - " + "\n  - ".join(diffs) +
-                                      "\nmove it aside (or delete it) to start afresh, or choose another output "
-                                      "folder")
-
-
-def _compact(a: np.ndarray) -> np.ndarray:
-    """float64 arrays that hold float32 values are stored as float32 (half the size, exact: load_network casts
-    them back to the same float64 numbers). The fast engine rounds h and b to float32 after every call."""
-    if a.dtype == np.float64:
-        small = a.astype(np.float32)
-        if np.array_equal(small, a):
-            return small
-    return a
-
-
 def save_network(path, net: Network, **meta) -> None:
-    """Write the network (and JSON-serialisable `meta`) atomically: an interrupted or failed save (a full
-    disk) leaves the previous file as it was and no temporary behind; the OSError names the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the network (and JSON-serialisable `meta`) atomically (ebp_checkpoint.write_checkpoint): an interrupted
+    or failed save (a full disk) leaves the previous file as it was and no temporary behind; the OSError names the
+    path. Float64 arrays that hold float32 values are stored as float32 (exact)."""
     arrays = {}
     for k, layer in enumerate(net.layers):
-        arrays[f"h{k}"], arrays[f"b{k}"] = _compact(layer.h), _compact(layer.b)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    try:
-        np.savez(tmp, meta=json.dumps({"config": _config(net), **meta}), **arrays)
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise OSError(err.errno, f"could not write {path}: {err.strerror or err}") from err
+        arrays[f"h{k}"], arrays[f"b{k}"] = float32_if_exact(layer.h), float32_if_exact(layer.b)
+    write_checkpoint(path, arrays, {"config": _config(net), **meta})
 
 
-_UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error)
-
-
-def _unreadable(path, err) -> CheckpointError:
-    return CheckpointError(f"cannot read {path} ({type(err).__name__}: {err}); the file is empty, truncated or "
-                           f"corrupt. Move it aside (or delete it) to start that run afresh")
-
-
-def read_network_meta(path) -> dict:
-    """The metadata saved with a network (for a checkpoint: run, history, RNG state), without the weights.
-    Raises CheckpointError for an empty, truncated or corrupt file, naming it."""
-    try:
-        with np.load(path) as f:
-            return json.loads(str(f["meta"]))
-    except _UNREADABLE as err:
-        raise _unreadable(path, err) from err
+def stored_shapes(config: dict) -> dict[str, tuple]:
+    """The shape of every array save_network stores for a network of configuration `config` (the `config` of its
+    metadata): h<k> (units, inputs) and b<k> (units,) for each layer k, from the architecture and input side.
+    ValueError (or KeyError, TypeError) if `config` describes no network."""
+    architecture = [tuple(s) if isinstance(s, list) else s for s in config["architecture"]]
+    sizes = check_architecture(architecture, config["input_side"])
+    shapes = {}
+    for k, (inputs, units) in enumerate(zip(sizes, sizes[1:])):
+        shapes[f"h{k}"], shapes[f"b{k}"] = (units, inputs), (units,)
+    return shapes
 
 
 def load_network(path) -> tuple[Network, dict]:
     """Read a network written by save_network; returns it and the saved metadata. Raises CheckpointError for
-    an unreadable file (its path and what to do)."""
-    try:
-        with np.load(path) as f:
-            meta = json.loads(str(f["meta"]))
-            config = meta.pop("config")
-            net = init_network([tuple(s) if isinstance(s, list) else s for s in config["architecture"]],
-                               config["weights"], 0, config["input_side"], dropout=config["dropout"],
-                               keep=config["keep"], dtype=np.dtype(config["dtype"]),
-                               mask_reading=config.get("mask_reading", "absent"))
-            for k, layer in enumerate(net.layers):
-                layer.h[...], layer.b[...] = f[f"h{k}"], f[f"b{k}"]
-    except FileNotFoundError:
-        raise
-    except _UNREADABLE as err:
-        raise _unreadable(path, err) from err
+    an unreadable file (its path and what to do), and, before any array is read, for arrays that do not fit the
+    recorded architecture (missing, extra, of another shape or not floating point: a wrong-shaped h would
+    otherwise be broadcast into the network); then for non-finite values, or weights outside a unit's block."""
+    with open_checkpoint(path) as (meta, arrays, stored):
+        config = meta.pop("config")
+        try:
+            expected = stored_shapes(config)
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"{path}: its recorded network configuration {config!r} describes no network "
+                                  f"({type(err).__name__}: {err})") from None
+        where = f"the recorded architecture {config['architecture']} on a {config['input_side']}x" \
+                f"{config['input_side']} input"
+        for name, shape in expected.items():
+            if name not in stored:
+                raise CheckpointError(f"{path}: array {name!r} is missing; {where} needs it")
+            found, dtype, _ = stored[name]
+            if found != shape or dtype.kind != "f":
+                raise CheckpointError(f"{path}: array {name!r} is {dtype}{list(found)}; {where} needs a floating "
+                                      f"point array of shape {list(shape)}")
+        extra = sorted(set(stored) - set(expected) - {"meta"})
+        if extra:
+            raise CheckpointError(f"{path}: arrays {extra} are not part of {where}")
+        net = init_network([tuple(s) if isinstance(s, list) else s for s in config["architecture"]],
+                           config["weights"], 0, config["input_side"], dropout=config["dropout"],
+                           keep=config["keep"], dtype=np.dtype(config["dtype"]),
+                           mask_reading=config.get("mask_reading", "absent"))
+        for k, layer in enumerate(net.layers):
+            h, b = arrays[f"h{k}"], arrays[f"b{k}"]
+            if not (np.isfinite(h).all() and np.isfinite(b).all()):
+                raise CheckpointError(f"{path}: layer {k + 1} holds non-finite values")
+            if layer.mask is not None and np.any(h[~layer.mask.astype(bool)] != 0):
+                raise CheckpointError(f"{path}: layer {k + 1} has weights outside its units' blocks")
+            layer.h[...], layer.b[...] = h, b
     return net, meta

@@ -7,7 +7,7 @@ from the data, never by a typed sentence: each mechanism below is a computed tes
 
 - dropout reading (Table 3): the other reading's cell of the same configuration lies within the band;
 - mask reading (Table 4): the other mask reading's cell lies within the band;
-- EBP-D rounding: an EBP-D cell outside the band whose EBP-P cell, from the same runs, lies within it;
+- EBP-D rounding: an EBP-D cell above the band whose EBP-P cell, from the same runs, lies within it;
 - not converged: ours is above the paper and the runs' test error still falls at epoch 120 (least-squares
   slope over the last 40 epochs below −SLOPE_STILL_FALLING points per 10 epochs, mean over seeds);
 - otherwise "unexplained".
@@ -17,7 +17,9 @@ from __future__ import annotations
 import math
 import statistics
 
-import ebp_experiments as ex
+from reproduction.plots import trend
+from reproduction.results import cell_key
+from reproduction.results import paper_band as band
 
 SLOPE_STILL_FALLING = 0.1   # points per 10 epochs: beyond the epoch-to-epoch noise of a settled curve
 OTHER_VARIANT = {("main", 3): "Table 3 analytic", ("Table 3 analytic", 3): "main",
@@ -25,17 +27,6 @@ OTHER_VARIANT = {("main", 3): "Table 3 analytic", ("Table 3 analytic", 3): "main
 MECHANISM_NAMES = {3: "dropout reading", 4: "mask reading"}
 VARIANT_READINGS = {"main": {3: "sampled", 4: "absent"}, "Table 3 analytic": {3: "analytic"},
                     "Table 4 held": {4: "held"}}
-
-
-def band(row: dict, cell) -> dict | None:
-    """ours − paper, the tolerance 2·sqrt(u_ours² + u_paper²), and whether the paper lies outside; None when the
-    cell is not run, unfinished, or the row has no paper number."""
-    paper = row.get("paper_error")
-    if cell is None or paper is None or not cell.finished:
-        return None
-    difference = cell.mean - paper
-    tolerance = 2 * math.sqrt(cell.uncertainty ** 2 + ex.binomial_se(paper) ** 2)
-    return {"difference": difference, "tolerance": tolerance, "outside": abs(difference) > tolerance}
 
 
 def is_outside(row: dict, cell) -> bool:
@@ -51,30 +42,29 @@ def _sibling(row: dict, rows: list[dict], label: str) -> dict | None:
 
 def mean_slope(cell, output: str) -> float:
     """Mean over the cell's seeds of the slope of the test error over the last 40 epochs (points per 10 epochs)."""
-    return statistics.fmean(ex.trend(r, output) for r in cell.pooled)
+    return statistics.fmean(trend(r, output) for r in cell.pooled)
 
 
 def mechanisms(row: dict, rows: list[dict], variants: dict, variant: str = "main") -> list[str]:
     """The computed mechanisms that explain why a cell of `variant` lies outside the band (empty if none)."""
     cells = variants[variant]
-    cell = cells.get(ex.cell_key(row))
+    cell = cells.get(cell_key(row))
     found = []
     other = OTHER_VARIANT.get((variant, row["table"]))
     if other in variants:
-        alternative = variants[other].get(ex.cell_key(row))
+        alternative = variants[other].get(cell_key(row))
         judged = band(row, alternative)
         if judged and not judged["outside"]:
-            reading = next(iter(VARIANT_READINGS[other].values())) if other != "main" else \
-                VARIANT_READINGS["main"][row["table"]]
+            reading = VARIANT_READINGS[other][row["table"]]
             found.append(f"{MECHANISM_NAMES[row['table']]}: the {reading} reading gives {alternative.mean:.2f}, "
                          f"within the band")
-    if row["row"].endswith("-D"):
-        sibling = _sibling(row, rows, row["row"][:-1] + "P")
-        if sibling is not None and band(sibling, cells.get(ex.cell_key(sibling))) is not None \
-                and not is_outside(sibling, cells.get(ex.cell_key(sibling))):
-            found.append("EBP-D rounding: the same runs' EBP-P agrees with the paper")
     judged = band(row, cell)
-    if judged and judged["difference"] > 0:
+    if row["row"].endswith("-D") and judged["difference"] > 0:  # rounding can only lose accuracy
+        sibling = _sibling(row, rows, row["row"][:-1] + "P")
+        if sibling is not None and band(sibling, cells.get(cell_key(sibling))) is not None \
+                and not is_outside(sibling, cells.get(cell_key(sibling))):
+            found.append("EBP-D rounding: the same runs' EBP-P agrees with the paper")
+    if judged["difference"] > 0:
         slope = mean_slope(cell, row["output"])
         if slope < -SLOPE_STILL_FALLING:
             found.append(f"not converged at epoch {cell.pooled[0]['epochs_done']}: still falling by "
@@ -90,21 +80,32 @@ def cell_line(row: dict, cell) -> str:
             f"{judged['difference']:+.2f} against a band of ±{judged['tolerance']:.2f}")
 
 
+def judged_rows(table: int, rows: list[dict], cells: dict) -> tuple[list[dict], list[dict]]:
+    """(finished rows of `table` that have a paper number, those of them outside the band)."""
+    judged = [r for r in rows if r["table"] == table and band(r, cells.get(cell_key(r))) is not None]
+    return judged, [r for r in judged if is_outside(r, cells.get(cell_key(r)))]
+
+
+def band_count(table: int, rows: list[dict], variants: dict, variant: str = "main") -> str:
+    """'Table 3 (sampled): the paper's number lies within our band (...) in 36 of 36 finished cells'."""
+    judged, outside = judged_rows(table, rows, variants[variant])
+    reading = VARIANT_READINGS[variant].get(table)
+    return (f"Table {table}{f' ({reading})' if reading else ''}: the paper's number lies within our band "
+            f"(±2 combined standard errors) in {len(judged) - len(outside)} of {len(judged)} finished cells")
+
+
 def outside_list(table: int, rows: list[dict], variants: dict, variant: str = "main") -> str:
     """Markdown: the cells of one table (one variant) where the paper lies outside our band, each with its
     computed explanation, or one sentence saying there are none."""
     cells = variants[variant]
-    table_rows = [r for r in rows if r["table"] == table]
-    judged = [r for r in table_rows if band(r, cells.get(ex.cell_key(r))) is not None]
-    outside = [r for r in judged if is_outside(r, cells.get(ex.cell_key(r)))]
-    head = (f"Table {table}: the paper's number lies within our band (±2 combined standard errors) in "
-            f"{len(judged) - len(outside)} of {len(judged)} finished cells")
+    _, outside = judged_rows(table, rows, cells)
+    head = band_count(table, rows, variants, variant)
     if not outside:
         return head + "."
     lines = [head + "; outside it:"]
     for r in outside:
         explained = mechanisms(r, rows, variants, variant)
-        lines.append(f"- {cell_line(r, cells[ex.cell_key(r)])}: {'; '.join(explained) or 'unexplained'}.")
+        lines.append(f"- {cell_line(r, cells[cell_key(r)])}: {'; '.join(explained) or 'unexplained'}.")
     return "\n".join(lines)
 
 
@@ -122,7 +123,7 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4)):
     low, high = math.inf, 0.0
     for table in tables:
         for row in (r for r in rows if r["table"] == table):
-            cell = cells.get(ex.cell_key(row))
+            cell = cells.get(cell_key(row))
             judged = band(row, cell)
             if judged is None:
                 continue

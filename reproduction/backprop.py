@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-import ebp_experiments as ex
-import ebp_lib
+import ebp_data
 from reproduction import backprop_mlp as mlp
+from reproduction import records
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "backprop"
@@ -50,7 +50,7 @@ CHECKPOINT_FILE = "checkpoint.npz"
 DATASETS = ("mnist", "fashion-mnist")
 FULL_TRAIN = 60000           # MNIST and Fashion-MNIST both have 60,000 training images
 TRAIN_ERROR_IMAGES = 10000   # training error on the first 10,000 fit images, as EBP's runs record it
-RECORD_FORMAT = 2
+RECORD_FORMAT = records.RECORD_FORMAT  # result.json is a run record of reproduction.records (method "backprop")
 
 PROTOCOL = {
     "batch_size": 100,
@@ -186,11 +186,11 @@ def run_dir(dataset: str, config: str, seed: int = 0, root=OUTPUT_DIR) -> Path:
 def load_split(params: dict, preprocessing: str, data_dir=None) -> dict[str, np.ndarray]:
     """Fit, validation and test arrays of a run: the last n_validation training images held out, the
     preprocessing's statistics taken from the fit part only."""
-    raw = ebp_lib.load_raw(params["dataset"], data_dir)
+    raw = ebp_data.load_raw(params["dataset"], data_dir)
     n_images = params["n_train"] or FULL_TRAIN
     images, labels = raw["train_images"][:n_images], raw["train_labels"][:n_images].astype(np.int64)
     n_fit = n_images - params["n_validation"]
-    x_fit, x_rest = ebp_lib.standardise(images[:n_fit], np.concatenate([images[n_fit:], raw["test_images"]]),
+    x_fit, x_rest = ebp_data.standardise(images[:n_fit], np.concatenate([images[n_fit:], raw["test_images"]]),
                                         preprocessing, 0.0, np.float32)
     return {"x_fit": x_fit, "y_fit": labels[:n_fit],
             "x_val": x_rest[:params["n_validation"]], "y_val": labels[n_fit:],
@@ -270,7 +270,7 @@ def save_checkpoint(path: Path, weights: dict, velocity: dict, state: dict) -> N
               "state": np.array(json.dumps(state))}
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    ex.write_atomically(path, buffer.getvalue())
+    records.write_atomically(path, buffer.getvalue())
 
 
 def load_checkpoint(path: Path, params: dict) -> tuple[dict, dict, dict]:
@@ -314,17 +314,17 @@ PACKAGES = ("numpy", "threadpoolctl")
 
 
 def read_result(folder) -> dict | None:
-    """The result.json in `folder`, or None if there is none or it is unreadable."""
+    """The run record in `folder` (records.read_record), or None if there is none or it is unreadable."""
     try:
-        return json.loads((Path(folder) / RESULT_FILE).read_text())
-    except (OSError, ValueError):
+        return records.read_record(Path(folder) / RESULT_FILE)
+    except (FileNotFoundError, records.RecordError):
         return None
 
 
 def code_state(allow_dirty: bool) -> dict:
     """The commit of the code this process runs; refuses (DirtyTreeError) when tracked code differs from it,
     unless allow_dirty, which the record then carries."""
-    state = ex.git_state()
+    state = records.git_state()
     if state.get("git_dirty") and not allow_dirty:
         raise DirtyTreeError(f"the code differs from commit {state['git_commit']} ({', '.join(state['git_changed'])})"
                              "; commit it first, or pass --allow-dirty for a development run (recorded as such)")
@@ -334,6 +334,28 @@ def code_state(allow_dirty: bool) -> dict:
 def differences(a: dict, b: dict) -> str:
     keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
     return ", ".join(f"{k}: {a.get(k)!r} there, {b.get(k)!r} asked" for k in keys)
+
+
+def record_problems(data: dict) -> list[str]:
+    """Whatever disagrees within a backprop run record (records.record_problems): parameters that make_parameters
+    would not give, a protocol, description or image counts they do not give, final errors that are not those of
+    the best-validation epoch, a finished run past its max_epochs."""
+    params = data["parameters"]
+    try:
+        valid = make_parameters(params.get("dataset"), params.get("config"),
+                                **{k: params.get(k) for k in OVERRIDABLE})
+    except (ValueError, TypeError) as err:
+        return [f"parameters: {err}"]
+    n_images = valid["n_train"] or FULL_TRAIN
+    derived = {"protocol": protocol_label(valid), "protocol_description": describe_protocol(valid),
+               "n_train_images": n_images - valid["n_validation"], "n_validation_images": valid["n_validation"]}
+    best = data["best_epoch"]
+    if best is not None and not 1 <= best <= len(data["history"]):
+        return [f"best_epoch: {best}, but the history holds {len(data['history'])} epochs"]
+    final = None if best is None else {k: data["history"][best - 1].get(k)
+                                       for k in records.HISTORY_ERRORS["backprop"]}
+    return records.record_problems(data, valid, derived, final, "best-validation epoch", valid["max_epochs"],
+                                   may_stop_early=True)
 
 
 def make_record(params: dict, grid: list[dict], history: list[dict], state: dict | None, finished: bool,
@@ -357,7 +379,7 @@ def make_record(params: dict, grid: list[dict], history: list[dict], state: dict
         "history": history,
         "train_seconds": round(sum(p["train_seconds"] for p in grid) + sum(h["train_seconds"] for h in history), 2),
         "git_commit": sessions[-1]["git_commit"], "git_dirty": any(s.get("git_dirty") for s in sessions),
-        "versions": ex.package_versions(PACKAGES), "sessions": sessions,
+        "versions": records.package_versions(PACKAGES), "sessions": sessions,
     }
 
 
@@ -388,7 +410,7 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
     if previous and previous.get("finished"):
         return previous
     sessions = list((previous or {}).get("sessions", []))
-    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": ex.cpu_model(), **code}
+    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": records.cpu_model(), **code}
     started = time.time()
     grid = list((previous or {}).get("grid", {}).get("points", []))
 
@@ -396,7 +418,7 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
         current = {**session, "wall_seconds": round(time.time() - started, 2), "to_epoch": len(history)}
         record = make_record(params, grid, history, state, finished, sessions + [current])
         folder.mkdir(parents=True, exist_ok=True)
-        ex.write_json(folder / RESULT_FILE, record)
+        records.write_record(folder / RESULT_FILE, record, record_problems)
         return record
 
     label = f"{params['dataset']} {params['config']} seed {params['seed']}"

@@ -35,13 +35,11 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 import numpy as np  # noqa: E402
 
-import ebp_experiments as ex  # noqa: E402
+import ebp_data  # noqa: E402
 import ebp_lib as ebp  # noqa: E402
+from reproduction import paper_tables, records  # noqa: E402
 
 EPOCH, EPOCHS = 60_000, 120
 RTOL = 1e-4
@@ -61,10 +59,10 @@ TIMING_CASES = [  # the issue's list
 
 
 def paper_runs(dropout_reading: str = "analytic") -> list[dict]:
-    """The 50 trainings behind Tables 2-4: the runs of scripts/paper_tables.csv (ebp_experiments.paper_runs), each
-    with its layer list as `architecture`; Table 3's dropout read as `dropout_reading`."""
+    """The 50 trainings behind Tables 2-4: the runs of the paper's tables (reproduction.paper_tables.table_runs),
+    each with its layer list as `architecture`; Table 3's dropout read as `dropout_reading`."""
     return [{**run, "architecture": ebp.paper_architecture(run["architecture"])}
-            for run in ex.paper_runs(reading=dropout_reading)]
+            for run in paper_tables.table_runs(reading=dropout_reading)]
 
 
 def name(architecture) -> str:
@@ -75,7 +73,7 @@ def name(architecture) -> str:
 
 
 def load(n_train=None):
-    data = ebp.load_dataset("mnist", n_train=n_train)
+    data = ebp_data.load_dataset("mnist", n_train=n_train)
     return data
 
 
@@ -245,9 +243,9 @@ def targets(result) -> list[dict]:
 # --- machine and main ----------------------------------------------------------------------------------------
 
 def machine() -> dict:
-    """Where and with what the benchmark ran (ebp_experiments.machine_record); git_changed lists the timed code's
-    files that differ from git_commit."""
-    return ex.machine_record(git_paths=("ebp_lib.py", "ebp_fast.py", "scripts/benchmark.py"))
+    """Where and with what the benchmark ran (reproduction.records.machine_record); git_changed lists the timed
+    code's files that differ from git_commit."""
+    return records.machine_record(git_paths=("ebp_lib.py", "ebp_fast.py", "scripts/benchmark.py"))
 
 
 def main(argv=None) -> int:
@@ -256,7 +254,7 @@ def main(argv=None) -> int:
                         help="CPU seconds per engine and throughput case (default 4)")
     parser.add_argument("--project-seconds", type=float, default=0.3,
                         help="CPU seconds per paper run and batch size in the whole-paper projection (default 0.3)")
-    parser.add_argument("--out", default=str(REPO / "outputs" / "benchmark.json"))
+    parser.add_argument("--out", default=str(records.REPO / "outputs" / "benchmark.json"))
     parser.add_argument("--skip-epoch", action="store_true", help="skip the one-epoch test-error comparison")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -313,7 +311,7 @@ def main(argv=None) -> int:
     result["load_average_at_end"] = os.getloadavg()
     result["benchmark_wall_seconds"] = time.perf_counter() - started
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    ex.write_json(args.out, result)
+    records.write_json(args.out, result)
     print(f"wrote {args.out} ({result['benchmark_wall_seconds']:.0f} s)")
     return 0
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Benchmark: the deployed binary network (ebp_binary, bit-packed EBP-D) against the float32 BLAS EBP-D path.
 
-One command, from the repository root (EBP_DATA_DIR as for the tests; about 2-4 minutes on the 2-core machine):
+One command, from the repository root (EBP_DATA_DIR as for the tests; a few minutes: three one-epoch trainings):
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/binary_inference.py
 
-For [784,800,10], [784,800,800,10] and the block-13 spatial net (issue 18):
+For [784,800,10], [784,800,800,10] and the block-13 spatial net:
  1. Training protocol (stated in the JSON): binary weights, ebp_lib.init_network(seed 0), one epoch of
     ebp_lib.train_epoch with the fast engine on all 60,000 training images (per-pixel standardisation), batch
     size 10, order from np.random.default_rng(0). `--checkpoint PATH` (repeatable) uses saved networks
@@ -34,23 +34,18 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
     os.environ.setdefault(_var, "1")  # before numpy and numba are imported
 
 import argparse  # noqa: E402
-import datetime as dt  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 import ebp_binary as eb  # noqa: E402
+import ebp_data  # noqa: E402
 import ebp_lib as ebp  # noqa: E402
+from reproduction import records  # noqa: E402
 
 CASES = {"[784,800,10]": [800, 10], "[784,800,800,10]": [800, 800, 10],
          "block13 [784,(local 13: 256),10]": ebp.paper_architecture("block13")}
@@ -62,21 +57,15 @@ BATCH_SIZE, SEED = 10, 0
 # ----------------------------------------------------------------------------------------------------------
 
 def float32_weights(net) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per layer, what the float path multiplies by: ⟨W⟩ = sign(h) (times the mask) and b, as float32."""
-    out = []
-    for layer in net.layers:
-        w = np.sign(layer.h) if layer.mask is None else np.sign(layer.h) * layer.mask
-        out.append((np.ascontiguousarray(w, dtype=np.float32), layer.b.astype(np.float32)))
-    return out
+    """Per layer, what the float path multiplies by: EBP-D's W = sign(h) (times the mask) and b
+    (ebp_lib.ebp_d_parameters), as float32."""
+    return [(np.ascontiguousarray(w, dtype=np.float32), b.astype(np.float32)) for w, b in ebp.ebp_d_parameters(net)]
 
 
 def float32_predict(weights, scale: np.float32, x32: np.ndarray) -> np.ndarray:
-    """output_ebp_d(net, x).argmax(1) in float32: u = p·(v @ W.T) + b, hidden units sign(u) (+1 at 0)."""
-    v = x32
-    for k, (w, b) in enumerate(weights):
-        u = scale * (v @ w.T) + b
-        v = u if k == len(weights) - 1 else np.where(u >= 0, np.float32(1), np.float32(-1))
-    return v.argmax(axis=1)
+    """output_ebp_d(net, x).argmax(1) in float32: ebp_lib.sign_network, u = p·(v @ W.T) + b, hidden units sign(u)
+    (+1 at 0)."""
+    return ebp.sign_network(x32, weights, scale)[-1].argmax(axis=1)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -191,21 +180,10 @@ def speeds(packed, fw, scale32, x: np.ndarray, n_single: int, rounds: int) -> di
 
 
 def machine() -> dict:
-    import numba
-
-    cpuinfo = Path("/proc/cpuinfo")
-    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if cpuinfo.exists() else platform.processor()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "ebp_binary.py", "scripts/binary_inference.py"],
-                               cwd=REPO, capture_output=True, text=True).stdout.splitlines()
-    except OSError:
-        commit, dirty = None, None
-    return {"cpu_model": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-            "numba": numba.__version__, "git_commit": commit, "uncommitted_changes_to_timed_code": dirty,
-            "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "platform": platform.platform()}
+    """Where and with what the timings ran (reproduction.records.machine_record; git_changed lists the timed code's
+    files that differ from git_commit), and the load average when they started (other jobs slow them down)."""
+    record = records.machine_record(git_paths=("ebp_binary.py", "scripts/binary_inference.py"))
+    return {**record, "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -217,12 +195,12 @@ def main(argv=None) -> int:
     parser.add_argument("--n-train", type=int, default=60000, help="training images (default all 60,000)")
     parser.add_argument("--single-images", type=int, default=500, help="images per batch-1 round (default 500)")
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds, best taken (default 5)")
-    parser.add_argument("--out", type=Path, default=REPO / "outputs" / "binary_inference.json")
+    parser.add_argument("--out", type=Path, default=records.REPO / "outputs" / "binary_inference.json")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
     info = machine()
-    data = ebp.load_dataset("mnist", n_train=args.n_train)
+    data = ebp_data.load_dataset("mnist", n_train=args.n_train)
     if args.checkpoint:
         networks = {}
         for path in args.checkpoint:
@@ -232,7 +210,7 @@ def main(argv=None) -> int:
     else:
         protocol = {"source": "trained by this script", "weights": "binary", "init_seed": SEED, "epochs": 1,
                     "n_train": args.n_train, "batch_size": BATCH_SIZE, "order_seed": SEED, "engine": "fast",
-                    "preprocessing": "pixel (per-pixel standardisation, ebp_lib.load_dataset defaults)"}
+                    "preprocessing": "pixel (per-pixel standardisation, ebp_data.load_dataset defaults)"}
         networks = {}
         for name, architecture in CASES.items():
             t = time.perf_counter()
@@ -277,7 +255,7 @@ def main(argv=None) -> int:
               "seconds_total": None, "cases": cases}
     result["seconds_total"] = time.perf_counter() - start
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    records.write_json(args.out, result)
     print(f"wrote {args.out} ({result['seconds_total']:.0f} s)")
     return 0
 

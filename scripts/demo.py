@@ -6,14 +6,12 @@ engine is compiled first, on a throwaway network and 20 images (about 30 s the f
 numba's cache holds it), so the epoch times printed are training alone.
 """
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import ebp_lib as ebp  # noqa: E402
+import ebp_data
+import ebp_lib as ebp
 
 
 def main() -> None:
@@ -23,7 +21,7 @@ def main() -> None:
     parser.add_argument("--weights", default="binary", choices=ebp.WEIGHT_TYPES)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    data = ebp.load_dataset("mnist")
+    data = ebp_data.load_dataset("mnist")
     architecture = ebp.paper_architecture(args.hidden)
     compile_engine(data, architecture, args.weights)
     net = ebp.init_network(architecture, args.weights, seed=args.seed)

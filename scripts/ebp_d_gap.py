@@ -29,13 +29,15 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy loads BLAS: one thread (the cores are shared)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-import numpy as np  # noqa: E402
+import numpy as np
+
+import ebp_analysis as analysis
+import ebp_data
+import ebp_lib as ebp
+from reproduction.paper_tables import read_paper_tables
+from reproduction.records import machine_record, read_record, write_atomically, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import ebp_analysis as analysis  # noqa: E402
-import ebp_experiments as ex  # noqa: E402
-import ebp_lib as ebp  # noqa: E402
 
 OUT = ROOT / "outputs" / "ablations" / "ebp-d-gap"
 N_TRACK = 2000          # test images for the per-epoch statistics (the error rates use all 10,000)
@@ -43,9 +45,9 @@ N_SAMPLES = 16          # nets drawn from the posterior per trained net
 
 
 def paper_table2(weights: str, architecture: str) -> tuple:
-    """The paper's Table 2 errors (120 epochs), EBP-P and EBP-D, from scripts/paper_tables.csv; (None, None) if
+    """The paper's Table 2 errors (120 epochs), EBP-P and EBP-D, from reproduction/paper_tables.csv; (None, None) if
     the configuration is not in it."""
-    rows = {r["output"]: r["paper_error"] for r in ex.read_paper_tables()
+    rows = {r["output"]: r["paper_error"] for r in read_paper_tables()
             if r["table"] == 2 and r["run_id"] == f"{weights}-{architecture}"}
     return rows.get("ebp_p"), rows.get("ebp_d")
 
@@ -78,7 +80,7 @@ def readouts(net: ebp.Network, x: np.ndarray, labels: np.ndarray, seed: int) -> 
     for k in range(1, len(net.layers)):
         out[f"ebp_p_layer{k}_hard"] = err(analysis.partly_hard_outputs(net, x, (k,)))
     out["ebp_p_all_hidden_hard"] = err(analysis.partly_hard_outputs(net, x, hidden))
-    loud = (np.square(x).sum(axis=1) + 1.0) / net.layers[0].n[0] > LOUD
+    loud = (np.square(x).sum(axis=1) + 1.0) / net.layers[0].normaliser[0] > LOUD
     for name, subset in (("loud", loud), ("quiet", ~loud)):
         out[f"{name}_images"] = {"n": int(subset.sum()), "ebp_p": err(p_out, subset), "ebp_d": err(d_ours, subset)}
     for noise in (False, True):
@@ -97,7 +99,7 @@ def tracked(net: ebp.Network, x: np.ndarray) -> dict:
             "hidden_sign_disagreement": analysis.hidden_sign_disagreement(net, x)}
 
 
-def train_one(data: ebp.Dataset, weights, architecture, init_scale, epochs, std_floor, seed) -> dict:
+def train_one(data: ebp_data.Dataset, weights, architecture, init_scale, epochs, std_floor, seed) -> dict:
     net = ebp.init_network(ebp.paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
     x_track = data.x_test[:N_TRACK]
     per_epoch = [{"epoch": 0, **ebp.evaluate(net, data.x_test, data.labels_test), **tracked(net, x_track)}]
@@ -115,7 +117,7 @@ def train_one(data: ebp.Dataset, weights, architecture, init_scale, epochs, std_
             "std_floor": std_floor, "seed": seed, "n_train": len(data.x_train), "batch_size": 10, "engine": ebp.DEFAULT_ENGINE,
             "per_epoch": per_epoch, "final_readouts": readouts(net, data.x_test, data.labels_test, seed),
             "seconds": round(time.perf_counter() - start, 1), "train_and_track_seconds": round(train_seconds, 1),
-            "machine": ex.machine_record()}
+            "machine": machine_record()}
 
 
 def committed(weights, architecture, epochs) -> dict | None:
@@ -124,7 +126,7 @@ def committed(weights, architecture, epochs) -> dict | None:
     path = ROOT / "outputs" / "runs" / "paper" / f"{weights}-{architecture}" / "result.json"
     if not path.exists():
         return None
-    history = json.loads(path.read_text())["history"]
+    history = read_record(path)["history"]
     at = {h["epoch"]: h for h in history}
     last = history[-10:]
     return {"path": str(path.relative_to(ROOT)), "epochs_done": len(history),
@@ -363,7 +365,7 @@ def epoch_minibatches(order: np.ndarray, overlap: bool) -> list[np.ndarray]:
     return [order[s:s + LOOP_BATCH] for s in range(0, len(order), LOOP_BATCH)]
 
 
-def train_loop_one(data: ebp.Dataset, weights, architecture, init_scale, epochs, variant, seed) -> dict:
+def train_loop_one(data: ebp_data.Dataset, weights, architecture, init_scale, epochs, variant, seed) -> dict:
     """train_one with the training loop of `variant`: each epoch a permutation from default_rng(seed) (the same
     permutations as ebp.fit, hence as the baseline runs), cut into our or the authors' minibatches, trained with the
     fast engine (train_steps on the concatenated windows, batch size 11: one step per window, as
@@ -396,7 +398,7 @@ def train_loop_one(data: ebp.Dataset, weights, architecture, init_scale, epochs,
             "steps_per_epoch": len(batches), "per_epoch": per_epoch,
             "final_readouts": readouts(net, data.x_test, data.labels_test, seed),
             "seconds": round(time.perf_counter() - start, 1), "train_and_track_seconds": round(train_seconds, 1),
-            "machine": ex.machine_record()}
+            "machine": machine_record()}
 
 
 def loop_summary(baseline: list[dict], records: list[dict]) -> dict:
@@ -484,7 +486,7 @@ def loop_readme(loop: dict) -> str:
              "| D − P minus ours', same seed: epoch 5 / epoch 10 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for v in variants:
-        span = lambda name: cell(v["epoch_means"].get(name, {}).get("gap"))  # noqa: E731
+        span = lambda name, v=v: cell(v["epoch_means"].get(name, {}).get("gap"))  # noqa: E731
         lines.append(f"| {v['label']} ({v['epochs']}; {', '.join(map(str, v['seeds']))}) | {cell(at(v, 5, 'ebp_p'))} | "
                      f"{cell(at(v, 5, 'ebp_d'))} | {cell(at(v, 5, 'gap'))} | {span('epochs_3_5')} | "
                      f"{cell(at(v, 10, 'ebp_p'))} | {cell(at(v, 10, 'ebp_d'))} | {cell(at(v, 10, 'gap'))} | "
@@ -582,9 +584,9 @@ def main(argv=None) -> int:
                 if path.exists():
                     continue
                 if 0.0 not in data:
-                    data[0.0] = ebp.load_dataset("mnist", n_train=2000 if args.quick else None)
+                    data[0.0] = ebp_data.load_dataset("mnist", n_train=2000 if args.quick else None)
                 print(f"{path.stem}: {epochs} epochs", flush=True)
-                ex.write_json(path, train_loop_one(data[0.0], weights, architecture, init_scale, epochs, variant, seed))
+                write_json(path, train_loop_one(data[0.0], weights, architecture, init_scale, epochs, variant, seed))
     for weights, architecture, init_scale, epochs, std_floor, seeds in groups:
         if args.only and weights != args.only or args.loop:
             continue
@@ -593,9 +595,9 @@ def main(argv=None) -> int:
             if path.exists() or args.report:
                 continue
             if std_floor not in data:
-                data[std_floor] = ebp.load_dataset("mnist", std_floor=std_floor, n_train=2000 if args.quick else None)
+                data[std_floor] = ebp_data.load_dataset("mnist", std_floor=std_floor, n_train=2000 if args.quick else None)
             print(f"{path.stem}: {epochs} epochs", flush=True)
-            ex.write_json(path, train_one(data[std_floor], weights, architecture, init_scale, epochs, std_floor, seed))
+            write_json(path, train_one(data[std_floor], weights, architecture, init_scale, epochs, std_floor, seed))
     records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
     if not records:
         print("no run records yet", file=sys.stderr)
@@ -617,7 +619,7 @@ def main(argv=None) -> int:
                              "loud_image_threshold": LOUD},
               "groups": summarise(records), "runs": records,
               "total_seconds": float(sum(r["seconds"] for r in records)),
-              "machine": ex.machine_record()}
+              "machine": machine_record()}
     loop_records = [json.loads(p.read_text()) for p in sorted((out / "runs-loop").glob("*.json"))]
     if loop_records:
         result["authors_loop"] = {
@@ -632,9 +634,9 @@ def main(argv=None) -> int:
                                          "with <W> = h lagged one step"},
             "summary": loop_summary(records, loop_records), "runs": loop_records,
             "code": loop_code_record(loop_records),
-            "total_seconds": float(sum(r["seconds"] for r in loop_records)), "machine": ex.machine_record()}
-    ex.write_json(out / "result.json", result)
-    ex.write_atomically(out / "README.md", readme(result))
+            "total_seconds": float(sum(r["seconds"] for r in loop_records)), "machine": machine_record()}
+    write_json(out / "result.json", result)
+    write_atomically(out / "README.md", readme(result))
     print(f"wrote {out / 'result.json'} and README.md")
     return 0
 

@@ -10,14 +10,12 @@ fit towards the minimax one. Prints the float32 coefficients and the largest err
 function against float64 tanh / erf.
 """
 import sys
-from pathlib import Path
 
 import numba
 import numpy as np
 from scipy import special
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import ebp_fast  # noqa: E402
+import ebp_fast
 
 # name: (function, its compiled float32 version, clamp c, degree of P, degree of Q, far, iterations)
 FITS = {"tanh": (np.tanh, ebp_fast._tanh32, 7.9, 3, 4, 14.0, 800),

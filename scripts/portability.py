@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from reproduction import records
 
 # numpy's dispatched (non-baseline) x86 features of the pinned wheels; disabling them leaves the SSE4.2 baseline
 NUMPY_WIDE_SIMD = "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
@@ -66,7 +65,7 @@ def run(name: str, overrides: dict, pytest_args: list[str]) -> dict:
         print(f"[{name}] {overrides or 'no overrides'}; kernels: {kernels}", flush=True)
         start = time.time()
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
-                              cwd=REPO, env=env, capture_output=True, text=True)
+                              cwd=records.REPO, env=env, capture_output=True, text=True)
     summary = closing_line(proc.stdout)
     failures = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
     print(f"[{name}] {summary} (exit {proc.returncode}, {time.time() - start:.0f} s)", flush=True)
@@ -83,15 +82,13 @@ def main(argv=None) -> int:
     parser.add_argument("--output", type=Path, help="write the record as JSON here (e.g. outputs/portability.json)")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (default: the whole suite)")
     args = parser.parse_args(argv)
-    import ebp_experiments  # the machine/version record shared with the runner and the benchmark
-
-    records = [run(name, CONFIGURATIONS[name], args.pytest_args) for name in (args.only or CONFIGURATIONS)]
-    report = {"machine": ebp_experiments.machine_record(), "configurations": records}
+    results = [run(name, CONFIGURATIONS[name], args.pytest_args) for name in (args.only or CONFIGURATIONS)]
+    report = {"machine": records.machine_record(), "configurations": results}
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=1) + "\n")
+        records.write_json(args.output, report)
         print(f"written to {args.output}")
-    return 0 if all(r["exit_status"] == 0 for r in records) else 1
+    return 0 if all(r["exit_status"] == 0 for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""Copy the rendered tables (written by notebooks/tables.ipynb) into README.md, each between its two markers.
+"""Copy the rendered results summary (written by notebooks/tables.ipynb) into README.md, between its markers.
 
-    python scripts/readme_tables.py            # rewrite README.md's results blocks from the rendered tables
-    python scripts/readme_tables.py --check    # exit 1 if a README block differs from its rendered tables
+    python scripts/readme_tables.py            # rewrite README.md's results block from the rendered summary
+    python scripts/readme_tables.py --check    # exit 1 if the README block differs from the rendered summary
 
-Two blocks: `tables` (the paper's Tables 2-4 beside ours, outputs/runs/paper/tables.md) and `fashion-tables`
-(MNIST beside Fashion-MNIST, outputs/runs/paper-fashion-mnist/tables.md). The README never carries hand-typed
-tables: tests/test_readme.py runs the check.
+One block, `summary`: how many cells of each table agree with the paper, and the paper's findings judged on its
+numbers and ours (outputs/runs/paper/summary.md); the full tables stay in outputs/runs/paper/tables.md. The README
+never carries hand-typed results: tests/test_readme.py runs the check.
 """
 from __future__ import annotations
 
@@ -14,18 +14,17 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BLOCKS = {"tables": Path("outputs/runs/paper/tables.md"),
-          "fashion-tables": Path("outputs/runs/paper-fashion-mnist/tables.md")}
+BLOCKS = {"summary": Path("outputs/runs/paper/summary.md")}
 
 
 def markers(name: str) -> tuple[str, str]:
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
-START, END = markers("tables")
+START, END = markers("summary")
 
 
-def with_tables(readme: str, tables: str, name: str = "tables") -> str:
+def with_tables(readme: str, tables: str, name: str = "summary") -> str:
     """`readme` with everything between block `name`'s markers replaced by `tables`."""
     start, end = markers(name)
     if readme.count(start) != 1 or readme.count(end) != 1 or readme.index(start) > readme.index(end):

@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     with threadpool_limits(limits=args.threads):
         for params, folder in jobs:
             try:
-                result = bp.run(params, folder, data_dir=args.data_dir, allow_dirty=args.allow_dirty)
+                bp.run(params, folder, data_dir=args.data_dir, allow_dirty=args.allow_dirty)
             except (ValueError, FloatingPointError) as err:  # one run's fault: report it, go on with the rest
                 print(f"error: {err}", file=sys.stderr)
                 failed += 1

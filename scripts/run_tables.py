@@ -24,7 +24,8 @@ Examples (from the repository root; `python` is the project's interpreter, e.g. 
 
 Killing the runner (Ctrl-C, SIGTERM, or the machine going away) loses at most the epoch in progress of each
 running job: rerun the same command and it skips finished runs and resumes the others from their checkpoint.
-The work is done by ebp_experiments (sections 4 and 5); this file is its command line.
+The work is done by the package reproduction (paper_tables makes the jobs, runner runs them); this file is its
+command line.
 """
 from __future__ import annotations
 
@@ -32,33 +33,34 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ebp_experiments sits at the repository root
-import ebp_experiments as ex  # noqa: E402
+from reproduction import folder, paper_tables, parameters, records, runner
 
 STATES_HELP = """\
 Run states (--list): new; partial (resumes after its last epoch); running (another process holds its lock);
-finished (skipped); stale (a finished result of another configuration: rerun); corrupt (its checkpoint or
-result.json cannot be read: when the batch runs, the file is moved aside to <name>.corrupt-<UTC time> and the
-run restarts without it); inconsistent (result.json and checkpoint.npz disagree, e.g. an edited result: both are
-named and left alone, nothing is trained).
+finished (skipped); stale (a finished run of other parameters: left alone, never trained over; move its folder
+away to train this run there); corrupt (its checkpoint or result.json cannot be read: when the batch runs, the file
+is moved aside to <name>.corrupt-<UTC time> and the run restarts without it); inconsistent (result.json disagrees
+with itself, with checkpoint.npz or with what its executed notebook printed, e.g. an edited result: the field and
+the files are named, nothing is touched or trained).
 
 Results: outputs/runs/<profile>[-<dataset>]/<run>[-seed<N>]/{experiment.ipynb, result.json, learning_curve.png}
-and, while a run is unfinished, checkpoint.npz (deleted once it finishes); -<dataset> only for data sets other than
+and, while a run is unfinished, checkpoint.npz (deleted once the finished result, the checkpoint and the executed
+notebook have been checked to agree); -<dataset> only for data sets other than
 MNIST (e.g. paper-fashion-mnist), so the MNIST folders keep their names and two data sets never share a folder.
 
 Exit status: 0 when every selected run finished, was skipped, or is busy in another process (a run another
-runner is training is not a failure); 1 if a run failed or was left alone as inconsistent; 2 for a bad command
-line; 130 if interrupted.
+runner is training is not a failure); 1 if a run failed or was left alone as inconsistent or stale; 2 for a bad
+command line; 130 if interrupted.
 """
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    quick, paper, extended = ex.PROFILES["quick"], ex.PROFILES["paper"], ex.PROFILES["extended"]
+    quick, paper, extended = parameters.PROFILES["quick"], parameters.PROFILES["paper"], parameters.PROFILES["extended"]
     parser = argparse.ArgumentParser(
         prog="run_tables.py", description=__doc__.split("\nThe work is done by")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"Profiles: quick = {quick['epochs']} epochs on the first {quick['n_train']:,} training images; "
-               f"paper = {paper['epochs']} epochs on all {ex.FULL_TRAIN:,} training images (the paper's "
+               f"paper = {paper['epochs']} epochs on all {parameters.FULL_TRAIN:,} training images (the paper's "
                f"protocol); extended = {extended['epochs']} epochs on all of them (beyond the paper's protocol, for "
                f"runs still improving at epoch {paper['epochs']}).\n\n{STATES_HELP}")
     parser.add_argument("run_ids", nargs="*", metavar="RUN_ID",
@@ -67,29 +69,33 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--table", nargs="+", type=int, metavar="N", help="only these tables (2, 3, 4)")
     parser.add_argument("--column", nargs="+", metavar="COL",
                         help="only these columns, e.g. 200 [800,800] 800-800 144 361-100")
-    parser.add_argument("--weights", nargs="+", choices=ex.WEIGHTS, help="only binary or only real weights")
-    parser.add_argument("--profile", choices=sorted(ex.PROFILES), default="quick", help="default: quick")
+    parser.add_argument("--weights", nargs="+", choices=parameters.WEIGHTS, help="only binary or only real weights")
+    parser.add_argument("--profile", choices=sorted(parameters.PROFILES), default="quick", help="default: quick")
     parser.add_argument("--seed", nargs="+", type=int, default=[0], metavar="N",
                         help="train each run with these seeds (default 0); seed 0 keeps the run's folder name, "
                              "others get -seed<N> appended, e.g. binary-200-seed1")
-    parser.add_argument("--dropout-reading", choices=ex.DROPOUT_READINGS, default="sampled",
+    parser.add_argument("--dropout-reading", choices=parameters.DROPOUT_READINGS, default="sampled",
                         help="how dropout enters EBP for Table 3 runs: sampled (default; Bernoulli masks on the "
                              "inputs and hidden units, the paper's text and the reading Table 3 shows first) or "
                              "analytic (the authors' code); recorded in each result and in the run's folder name")
-    parser.add_argument("--mask-reading", choices=ex.MASK_READINGS, default="absent",
+    parser.add_argument("--mask-reading", choices=parameters.MASK_READINGS, default="absent",
                         help="Table 4 only: the weights outside a spatial unit's block are absent (default) or "
                              "held at h = 0 as in the paper's full matrix (docs/maths.md, Spatial filtering); "
                              "held runs go to <run>-held/, e.g. binary-block13-held")
-    parser.add_argument("--dataset", choices=ex.DATASETS, default="mnist",
+    parser.add_argument("--dataset", choices=parameters.DATASET_CHOICES, default="mnist",
                         help="train the same runs on this data set (default mnist, the paper's); another data set's "
                              "runs go to outputs/runs/<profile>-<dataset>/, e.g. paper-fashion-mnist/binary-200")
     parser.add_argument("--jobs", type=int, default=None,
                         help="runs at once (default: the number of local cores; with --scheduler: all)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="an existing Dask scheduler (e.g. tcp://10.0.0.5:8786) to run the jobs on instead "
-                             "of local worker processes; its workers must see this repository and the data "
-                             "folder at the same paths")
-    parser.add_argument("--runs-dir", type=Path, default=ex.RUNS_DIR, help="default: outputs/runs")
+                             "of local worker processes; its workers must have this project installed in their "
+                             "environment and see this repository and the data folder at the same paths (workers "
+                             "that cannot import it are named and given no run)")
+    parser.add_argument("--run-timeout", type=float, metavar="SECONDS",
+                        help="fail a run that has not answered this long after it was sent to a worker (default: "
+                             "from its cost estimate, 15 min plus 5 times its expected time); the batch goes on")
+    parser.add_argument("--runs-dir", type=Path, default=folder.RUNS_DIR, help="default: outputs/runs")
     parser.add_argument("--data-dir", type=Path,
                         help="folder holding mnist/ and fashion-mnist/ (default: $EBP_DATA_DIR); it travels with "
                              "every job, so Dask workers read the same folder")
@@ -102,6 +108,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("choose what to run: --all, --table, --column, --weights and/or run ids")
     if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.run_timeout is not None and not args.run_timeout > 0:
+        parser.error("--run-timeout must be a positive number of seconds")
     if any(seed < 0 for seed in args.seed):
         parser.error("--seed values must be integers >= 0")
     args.seed = list(dict.fromkeys(args.seed))
@@ -112,9 +120,9 @@ def list_jobs(jobs: list[dict]) -> None:
     """One line per run: its folder name, state, epochs done and table cells; the files of corrupt and
     inconsistent runs and what is wrong with them below it."""
     for job in jobs:
-        state = ex.job_state(job)
+        state = folder.job_state(job)
         name = state.state
-        if name not in ("finished", "inconsistent") and ex.is_locked(job["output_dir"]):
+        if name not in ("finished", "inconsistent", "stale") and folder.is_locked(job["output_dir"]):
             name = "running"
         print(f"{job['key']:<32} {name:<12} {state.epochs:>3}/{job['parameters']['epochs']} epochs  "
               f"{'; '.join(job['rows'])}")
@@ -127,7 +135,8 @@ def list_jobs(jobs: list[dict]) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        rows = ex.select_rows(ex.read_paper_tables(), args.table, args.column, args.run_ids, args.weights)
+        rows = paper_tables.select_rows(paper_tables.read_paper_tables(), args.table, args.column, args.run_ids,
+                                        args.weights)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -135,27 +144,29 @@ def main(argv=None) -> int:
         print("error: these filters select no table cell", file=sys.stderr)
         return 2
     try:
-        ex.check_mask_reading(rows, args.mask_reading)
+        paper_tables.check_mask_reading(rows, args.mask_reading)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    jobs = ex.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed, args.data_dir,
-                        args.mask_reading, args.dataset)
+    jobs = paper_tables.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed, args.data_dir,
+                                  args.mask_reading, args.dataset)
     if args.list:
         list_jobs(jobs)
         return 0
-    profile = ex.PROFILES[args.profile]
-    print(f"profile {args.profile}: {profile['epochs']} epochs, {profile['n_train'] or ex.FULL_TRAIN:,} training "
-          f"images of {args.dataset}; seeds {', '.join(map(str, args.seed))}; dropout reading "
+    profile = parameters.PROFILES[args.profile]
+    n_train = profile["n_train"] or parameters.FULL_TRAIN
+    print(f"profile {args.profile}: {profile['epochs']} epochs, {n_train:,} training images of {args.dataset}; "
+          f"seeds {', '.join(map(str, args.seed))}; dropout reading "
           f"{args.dropout_reading}; mask reading {args.mask_reading}; results in "
-          f"{args.runs_dir / ex.results_folder(args.profile, args.dataset)}")
+          f"{args.runs_dir / folder.results_folder(args.profile, args.dataset)}")
     try:
-        outcomes = ex.run_batch(jobs, args.jobs, args.scheduler, args.progress_every)
+        outcomes = runner.run_batch(jobs, args.jobs, args.scheduler, args.progress_every,
+                                    run_timeout_s=args.run_timeout)
     except OSError as err:  # e.g. no scheduler at that address
-        print(f"error: {ex.describe_error(err)}", file=sys.stderr)
+        print(f"error: {records.describe_error(err)}", file=sys.stderr)
         return 1
-    print(ex.summary(jobs, outcomes))
-    return ex.exit_status(outcomes)
+    print(runner.summary(jobs, outcomes))
+    return runner.exit_status(outcomes)
 
 
 if __name__ == "__main__":

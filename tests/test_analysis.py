@@ -3,12 +3,12 @@ learning_curve, reliability, class_log_probabilities, receptive_field, are teste
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
 
-import ebp_analysis as analysis  # noqa: E402
-import ebp_lib as ebp  # noqa: E402
+import ebp_analysis as analysis
+import ebp_lib as ebp
 
 
 def test_occlusion_map_of_a_linear_score_is_the_mean_of_its_patch_sums():

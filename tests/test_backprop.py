@@ -155,9 +155,26 @@ def test_a_folder_of_another_run_is_refused_and_left_alone(small_run):
 
 
 def test_dirty_code_is_refused_unless_allowed(monkeypatch, tmp_path):
-    monkeypatch.setattr(bp.ex, "git_state", lambda *a, **k: {"git_commit": "abc", "git_dirty": True,
-                                                               "git_changed": ["ebp_lib.py"]})
+    monkeypatch.setattr(bp.records, "git_state", lambda *a, **k: {"git_commit": "abc", "git_dirty": True,
+                                                                    "git_changed": ["ebp_lib.py"]})
     with pytest.raises(bp.DirtyTreeError, match="ebp_lib.py.*--allow-dirty"):
         bp.run(bp.make_parameters("mnist", "tanh-200", **SMALL), tmp_path / "x")
     assert not (tmp_path / "x").exists()
     assert bp.code_state(allow_dirty=True)["allowed_dirty"] is True
+
+
+def test_comparison_pools_seeds_and_only_fair_finished_runs():
+    from reproduction import comparison
+
+    def record(seed, error, protocol="fair", finished=True):
+        return {"method": "backprop", "protocol": protocol, "finished": finished,
+                "parameters": {"dataset": "mnist", "config": "tanh-800", "seed": seed},
+                "final": {"test_error": error}}
+
+    runs = [record(0, 0.0184), record(1, 0.0170), record(2, 0.0150, protocol="shortened"),
+            record(3, 0.0100, finished=False)]
+    pooled = comparison.backprop_results(runs, "mnist")["tanh-800"]
+    assert [r["parameters"]["seed"] for r in pooled] == [0, 1]
+    assert comparison.summary_text(comparison.backprop_errors(pooled)) == "1.77 ± 0.10 (n = 2)"
+    row = next(r for r in comparison.comparison_rows([], runs, "mnist") if r[0] == "800")
+    assert row[5:] == ["1.77 ± 0.10 (n = 2)", "2.13"] and row[1] == comparison.NOT_RUN

@@ -1,4 +1,4 @@
-"""The deployed binary network (ebp_binary, issue 18): packed format, loader checks, XNOR-popcount inference.
+"""The deployed binary network (ebp_binary): packed format, loader checks, XNOR-popcount inference.
 
 The agreement tests train small binary nets briefly with the fast engine (1 epoch on the first 3,000 MNIST
 training images) and require the packed predictions to equal output_ebp_d(net, x).argmax(1) on all 10,000 test
@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ebp_binary as eb
+import ebp_data
 import ebp_lib as ebp
 
 N_TRAIN = 3000
@@ -27,7 +29,7 @@ CASES = {  # name: (architecture, dropout)
 
 @pytest.fixture(scope="module")
 def data(real_data_dir):
-    return ebp.load_dataset("mnist", n_train=N_TRAIN, data_dir=real_data_dir)
+    return ebp_data.load_dataset("mnist", n_train=N_TRAIN, data_dir=real_data_dir)
 
 
 def train(architecture, dropout, data, weights="binary"):
@@ -74,8 +76,11 @@ def test_the_mask_plane_marks_exactly_the_weights_off_the_mask():
     packed = eb.export_network(net)
     for layer, packed_layer in zip(net.layers, packed.layers):
         assert (packed_layer.connected is not None) == (layer.mask is not None)
-        np.testing.assert_array_equal(packed_layer.weights(), np.sign(layer.h) * (layer.mask if layer.mask is not
-                                                                                  None else 1))
+        k = packed_layer.n_inputs
+        weights = np.where(eb.unpack_bits(packed_layer.signs, k), 1.0, -1.0)  # the packed W: ±1, 0 off the mask
+        if packed_layer.connected is not None:
+            weights = weights * eb.unpack_bits(packed_layer.connected, k)
+        np.testing.assert_array_equal(weights, np.sign(layer.h) * (layer.mask if layer.mask is not None else 1))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -199,6 +204,61 @@ def test_loader_refuses_another_version(packed_file, tmp_path):
     with pytest.raises(eb.PackedFormatError, match=r"v2\.npz: written in format version 2; this loader reads "
                                                     r"version 1"):
         eb.load_packed(bad)
+
+
+def _crafted(path, members: dict) -> Path:
+    """A zip of stored .npy members, each given as (declared shape, dtype, the bytes actually stored): what np.savez
+    writes, except that a member's header may declare far more than it holds."""
+    import io
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, (shape, dtype, data) in members.items():
+            buffer = io.BytesIO()
+            npy.write_array_header_1_0(buffer, {"descr": npy.dtype_to_descr(np.dtype(dtype)),
+                                                "fortran_order": False, "shape": shape})
+            z.writestr(f"{name}.npy", buffer.getvalue() + data)
+    return path
+
+
+def test_the_loader_reads_the_header_first_and_never_allocates_what_a_small_file_declares(packed_file, tmp_path):
+    """A 2 MB file whose signs0 declares a (30, 2**22) uint64 array (1 GB), and one whose header itself declares
+    layers of 10**8 units with arrays to match: both refused, naming the array, before any array's data is read;
+    the loader never holds more than a few MB (it used to read every array first: 2.2 GB for a 2.1 MB file)."""
+    import tracemalloc
+
+    with np.load(packed_file) as f:
+        good = {name: f[name] for name in f.files}
+    members = {name: (a.shape, a.dtype, a.tobytes()) for name, a in good.items() if name != "header"}
+    header = str(good["header"])
+    members["header"] = ((), f"<U{len(header)}", np.array(header).tobytes())
+    members["signs0"] = ((30, 2 ** 22), np.uint64, b"\0" * 2 ** 21)
+    big = _crafted(tmp_path / "big.npz", members)
+    huge = json.loads(header)
+    huge["layers"] = [{"n_inputs": 784, "n_units": 10 ** 8, "connected": False},
+                      {"n_inputs": 10 ** 8, "n_units": 10, "connected": False}]
+    text = json.dumps(huge)
+    claims = _crafted(tmp_path / "claims.npz", {
+        "header": ((), f"<U{len(text)}", np.array(text).tobytes()),
+        "signs0": ((10 ** 8, 13), np.uint64, b"\0" * 1024), "b0": ((10 ** 8,), np.float64, b"\0" * 1024),
+        "signs1": ((10, 1562500), np.uint64, b"\0" * 1024), "b1": ((10,), np.float64, b"\0" * 80)})
+    for path, message in [(big, r"big\.npz: array 'signs0' declares 1006632960 bytes"),
+                          (claims, r"claims\.npz: array 'signs0' declares 10400000000 bytes")]:
+        tracemalloc.start()
+        try:
+            with pytest.raises(eb.PackedFormatError, match=message):
+                eb.load_packed(path)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert path.stat().st_size < 3 * 2 ** 20 and peak < 20 * 2 ** 20, (path.stat().st_size, peak)
+    # a declared shape the header does not imply is refused by name, also before reading
+    members["signs0"] = ((30, 14), np.uint64, b"\0" * (30 * 14 * 8))
+    with pytest.raises(eb.PackedFormatError, match=r"array 'signs0' has shape \(30, 14\); the header implies "
+                                                    r"\(30, 13\)"):
+        eb.load_packed(_crafted(tmp_path / "wide.npz", members))
 
 
 def test_loader_refuses_a_wrong_shape(packed_file, tmp_path):

@@ -5,6 +5,7 @@ import pytest
 
 import ebp_analysis as analysis
 import ebp_checks as checks
+import ebp_data
 import ebp_lib as ebp
 
 
@@ -36,8 +37,8 @@ def small_data(n=120, seed=0):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 3, n)
     x = rng.standard_normal((n, 16)) + labels[:, None]
-    y = ebp.one_vs_all(labels, 3)
-    return ebp.Dataset("tiny", "none", x, y, labels, x[:40], y[:40], labels[:40])
+    y = ebp_data.one_vs_all(labels, 3)
+    return ebp_data.Dataset("tiny", "none", x, y, labels, x[:40], y[:40], labels[:40])
 
 
 @pytest.mark.parametrize("eval_every", [7, 12])  # records inside epochs at multiples of 7, or only at their ends
@@ -127,7 +128,7 @@ def test_within_standard_errors_uses_the_stated_errors():
     assert checks.within_standard_errors([0.11, 0.0], [4.0, 4.0], mu, sigma2, n, k=6.0)
 
 
-# --- exact enumeration against EBP, and the printed Algorithm 1 variant by variant (issue 16) -------------------
+# --- exact enumeration against EBP, and the printed Algorithm 1 variant by variant --------------------------------
 
 def test_exact_increment_of_a_single_weight_is_the_log_likelihood_ratio():
     """One weight, no other unknowns: P(y | W) = Φ(y W x), so the exact update is ½ ln[Φ(yx)/Φ(−yx)] whatever h."""
@@ -181,14 +182,15 @@ def misprint_setup(weights="binary"):
     net = ebp.init_network([7, 5, 3], weights, seed=2, input_side=3, init_scale=4.0)
     rng = np.random.default_rng(3)
     for layer in net.layers:
-        layer.b[:] = np.sqrt(layer.n) * rng.standard_normal(len(layer.b))
+        layer.b[:] = np.sqrt(layer.normaliser) * rng.standard_normal(len(layer.b))
     return net, rng.standard_normal((3, 9)), np.where(rng.random((3, 3)) < 0.5, 1.0, -1.0)
 
 
 def test_fan_in_normaliser_is_a_convention_for_the_increments_not_for_delta():
     net, x, y = misprint_setup()
     k_net = checks.with_fan_in_normaliser(net)
-    assert np.array_equal(net.layers[0].n, [10.0] * 7) and np.array_equal(k_net.layers[0].n, [9.0] * 7)  # copy
+    assert np.array_equal(net.layers[0].normaliser, [10.0] * 7)  # the copy changed, not the original
+    assert np.array_equal(k_net.layers[0].normaliser, [9.0] * 7)
     fwd, k_fwd = ebp.forward(net, x), ebp.forward(k_net, x)
     np.testing.assert_allclose(k_fwd.nu[-1], fwd.nu[-1], rtol=1e-12)
     deltas, k_deltas = ebp.backward(net, fwd, y), ebp.backward(k_net, k_fwd, y)

@@ -1,10 +1,10 @@
-"""Data loading and preprocessing (ebp_lib's data section; docs/maths.md §Data protocol; issue 2).
+"""Data loading and preprocessing (ebp_data; docs/maths.md §Data protocol).
 
 Two groups:
 - the happy path on the real files (needs $EBP_DATA_DIR, skipped otherwise), with the checks published in
   shared/data/README.md;
 - every bad input, on small IDX files the tests write into tmp_path. Each asserts the error type *and* that the
-  message names the file and the problem, so removing a check in ebp_lib makes a test fail.
+  message names the file and the problem, so removing a check in ebp_data makes a test fail.
 Nothing here downloads: conftest points every mirror at a closed local port; one test serves files itself
 from a loopback HTTP server to exercise the download path.
 """
@@ -20,12 +20,12 @@ import threading
 import numpy as np
 import pytest
 
-import ebp_lib
-from ebp_lib import DataError, DataNotFoundError
+import ebp_data
+from ebp_data import DataError, DataNotFoundError
 
 MNIST_FILES = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
-# Published in shared/data/README.md (written here, not taken from ebp_lib, so the test is independent).
+# Published in shared/data/README.md (written here, not taken from ebp_data, so the test is independent).
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
 MNIST_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 MNIST_MD5 = {"train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
@@ -77,9 +77,9 @@ def write_fake_dataset(folder, arrays) -> dict[str, str]:
 @pytest.fixture
 def isolated(monkeypatch, tmp_path):
     """No $EBP_DATA_DIR, an empty cache under tmp_path, unreachable mirrors: nothing outside tmp_path is seen."""
-    monkeypatch.delenv(ebp_lib.DATA_ENV_VAR, raising=False)
-    monkeypatch.setattr(ebp_lib, "CACHE_DIR", tmp_path / "cache")
-    for spec in ebp_lib.DATASETS.values():
+    monkeypatch.delenv(ebp_data.DATA_ENV_VAR, raising=False)
+    monkeypatch.setattr(ebp_data, "CACHE_DIR", tmp_path / "cache")
+    for spec in ebp_data.DATASETS.values():
         monkeypatch.setitem(spec, "mirrors", ["http://127.0.0.1:9/"])
     return tmp_path
 
@@ -89,13 +89,13 @@ def fake_mnist(isolated, monkeypatch):
     """A small, valid 'mnist' in tmp_path/data/mnist whose md5s are registered in place of the real ones."""
     arrays = fake_arrays()
     sums = write_fake_dataset(isolated / "data" / "mnist", arrays)
-    monkeypatch.setitem(ebp_lib.DATASETS["mnist"], "md5", sums)
+    monkeypatch.setitem(ebp_data.DATASETS["mnist"], "md5", sums)
     return isolated / "data", arrays
 
 
 def register(monkeypatch, folder, name):
     """Accept the (broken) file `folder/name` as genuine, so that the reader's own checks are reached."""
-    monkeypatch.setitem(ebp_lib.DATASETS["mnist"]["md5"], name, md5(folder / name))
+    monkeypatch.setitem(ebp_data.DATASETS["mnist"]["md5"], name, md5(folder / name))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ def register(monkeypatch, folder, name):
 
 def test_fake_round_trip(fake_mnist):
     root, arrays = fake_mnist
-    raw = ebp_lib.load_raw("mnist", data_dir=root)
+    raw = ebp_data.load_raw("mnist", data_dir=root)
     for split in ("train", "t10k"):
         key = "train" if split == "train" else "test"
         np.testing.assert_array_equal(raw[f"{key}_images"], arrays[f"{split}-images-idx3-ubyte.gz"])
@@ -114,36 +114,36 @@ def test_fake_round_trip(fake_mnist):
 
 def test_lookup_order_env_then_cache(fake_mnist, monkeypatch):
     root, arrays = fake_mnist
-    write_fake_dataset(ebp_lib.CACHE_DIR / "mnist", arrays)
+    write_fake_dataset(ebp_data.CACHE_DIR / "mnist", arrays)
     # $EBP_DATA_DIR first ...
-    monkeypatch.setenv(ebp_lib.DATA_ENV_VAR, str(root))
-    assert {p.parent for p in ebp_lib.find_data_files("mnist").values()} == {root / "mnist"}
+    monkeypatch.setenv(ebp_data.DATA_ENV_VAR, str(root))
+    assert {p.parent for p in ebp_data.find_data_files("mnist").values()} == {root / "mnist"}
     # ... then the cache, per file
     (root / "mnist" / MNIST_FILES[0]).unlink()
-    found = ebp_lib.find_data_files("mnist")
-    assert found[MNIST_FILES[0]] == ebp_lib.CACHE_DIR / "mnist" / MNIST_FILES[0]
+    found = ebp_data.find_data_files("mnist")
+    assert found[MNIST_FILES[0]] == ebp_data.CACHE_DIR / "mnist" / MNIST_FILES[0]
     assert found[MNIST_FILES[1]] == root / "mnist" / MNIST_FILES[1]
-    monkeypatch.delenv(ebp_lib.DATA_ENV_VAR)
-    assert {p.parent for p in ebp_lib.find_data_files("mnist").values()} == {ebp_lib.CACHE_DIR / "mnist"}
+    monkeypatch.delenv(ebp_data.DATA_ENV_VAR)
+    assert {p.parent for p in ebp_data.find_data_files("mnist").values()} == {ebp_data.CACHE_DIR / "mnist"}
 
 
 def test_data_dir_is_the_only_place_looked_at(fake_mnist, tmp_path):
     root, arrays = fake_mnist
     # the parent of mnist/ or the dataset folder itself
-    assert ebp_lib.find_data_files("mnist", data_dir=root)[MNIST_FILES[0]] == root / "mnist" / MNIST_FILES[0]
-    assert ebp_lib.find_data_files("mnist", data_dir=root / "mnist")[MNIST_FILES[0]].parent == root / "mnist"
+    assert ebp_data.find_data_files("mnist", data_dir=root)[MNIST_FILES[0]] == root / "mnist" / MNIST_FILES[0]
+    assert ebp_data.find_data_files("mnist", data_dir=root / "mnist")[MNIST_FILES[0]].parent == root / "mnist"
     # an explicit folder without the files does not fall back to the cache
-    write_fake_dataset(ebp_lib.CACHE_DIR / "mnist", arrays)
+    write_fake_dataset(ebp_data.CACHE_DIR / "mnist", arrays)
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataNotFoundError, match="train-images-idx3-ubyte.gz"):
-        ebp_lib.find_data_files("mnist", data_dir=tmp_path / "empty")
+        ebp_data.find_data_files("mnist", data_dir=tmp_path / "empty")
 
 
 def test_fake_load_dataset_all_modes(fake_mnist):
     root, arrays = fake_mnist
     raw_train = arrays["train-images-idx3-ubyte.gz"].reshape(40, -1).astype(float)
     raw_test = arrays["t10k-images-idx3-ubyte.gz"].reshape(15, -1).astype(float)
-    d = ebp_lib.load_dataset("mnist", data_dir=root)
+    d = ebp_data.load_dataset("mnist", data_dir=root)
     const = raw_train.std(0) == 0
     assert const.sum() == 784 - 400
     np.testing.assert_allclose(d.x_train[:, ~const].mean(0), 0, atol=1e-12)
@@ -151,9 +151,9 @@ def test_fake_load_dataset_all_modes(fake_mnist):
     assert np.all(d.x_train[:, const] == 0) and np.all(d.x_test[:, const] == 0)
     mean, std = raw_train.mean(0), raw_train.std(0)
     np.testing.assert_allclose(d.x_test[:, ~const], (raw_test - mean)[:, ~const] / std[~const], rtol=1e-12)
-    g = ebp_lib.load_dataset("mnist", "global", data_dir=root)
+    g = ebp_data.load_dataset("mnist", "global", data_dir=root)
     np.testing.assert_allclose(g.x_test, (raw_test - raw_train.mean()) / raw_train.std(), rtol=1e-12)
-    u = ebp_lib.load_dataset("mnist", "unit", data_dir=root)
+    u = ebp_data.load_dataset("mnist", "unit", data_dir=root)
     np.testing.assert_array_equal(u.x_train, raw_train / 255)
 
 
@@ -163,11 +163,11 @@ def test_fake_load_dataset_all_modes(fake_mnist):
 
 def test_checksum_mismatch_against_published_md5(isolated):
     """A file with the right name but other content, in a data_dir: the real published md5s reject it."""
-    assert ebp_lib.DATASETS["mnist"]["md5"] == MNIST_MD5
+    assert ebp_data.DATASETS["mnist"]["md5"] == MNIST_MD5
     write_fake_dataset(isolated / "data" / "mnist", fake_arrays())
     bad = isolated / "data" / "mnist" / MNIST_FILES[0]
     with pytest.raises(DataError, match="md5") as err:
-        ebp_lib.find_data_files("mnist", data_dir=isolated / "data")
+        ebp_data.find_data_files("mnist", data_dir=isolated / "data")
     assert str(bad) in str(err.value) and MNIST_MD5[MNIST_FILES[0]] in str(err.value)
     assert not isinstance(err.value, DataNotFoundError)
 
@@ -177,18 +177,18 @@ def test_checksum_mismatch_against_published_md5(isolated):
 def test_checksum_mismatch_names_file(fake_mnist, monkeypatch, where, name):
     root, arrays = fake_mnist
     if where == "cache":
-        shutil.copytree(root / "mnist", ebp_lib.CACHE_DIR / "mnist")
-        folder = ebp_lib.CACHE_DIR / "mnist"
+        shutil.copytree(root / "mnist", ebp_data.CACHE_DIR / "mnist")
+        folder = ebp_data.CACHE_DIR / "mnist"
     else:
         folder = root / "mnist"
         if where == "env":
-            monkeypatch.setenv(ebp_lib.DATA_ENV_VAR, str(root))
+            monkeypatch.setenv(ebp_data.DATA_ENV_VAR, str(root))
     changed = dict(arrays)
     changed[name] = changed[name].copy()
     changed[name].flat[-1] ^= 1  # one bit of the last pixel / label
     write_gz(folder / name, idx_bytes(changed[name]))
     with pytest.raises(DataError, match="does not match the published") as err:
-        ebp_lib.load_dataset("mnist", data_dir=root if where == "data_dir" else None)
+        ebp_data.load_dataset("mnist", data_dir=root if where == "data_dir" else None)
     assert str(folder / name) in str(err.value)
 
 
@@ -223,7 +223,7 @@ def test_read_idx_rejects(tmp_path, case):
     path = tmp_path / ("bad-images.gz" if ndim == 3 else "bad-labels.gz")
     path.write_bytes(make())
     with pytest.raises(DataError, match=pattern) as err:
-        ebp_lib.read_idx(path, ndim)
+        ebp_data.read_idx(path, ndim)
     assert str(path) in str(err.value)
 
 
@@ -236,7 +236,7 @@ def test_load_dataset_raises_on_broken_file(fake_mnist, monkeypatch, case):
     (root / "mnist" / name).write_bytes(make())
     register(monkeypatch, root / "mnist", name)
     with pytest.raises(DataError, match=pattern) as err:
-        ebp_lib.load_dataset("mnist", data_dir=root)
+        ebp_data.load_dataset("mnist", data_dir=root)
     assert str(root / "mnist" / name) in str(err.value)
 
 
@@ -244,7 +244,7 @@ def test_image_label_count_mismatch(tmp_path):
     images = write_gz(tmp_path / "im.gz", idx_bytes(IMAGES))           # 3 images
     labels = write_gz(tmp_path / "lab.gz", idx_bytes(LABELS[:4]))      # 4 labels
     with pytest.raises(DataError, match="3 images but") as err:
-        ebp_lib.read_split(images, labels)
+        ebp_data.read_split(images, labels)
     assert str(images) in str(err.value) and str(labels) in str(err.value) and "4 labels" in str(err.value)
 
 
@@ -254,7 +254,7 @@ def test_image_label_count_mismatch_through_loader(fake_mnist, monkeypatch):
     write_gz(root / "mnist" / name, idx_bytes(arrays[name][:-1]))
     register(monkeypatch, root / "mnist", name)
     with pytest.raises(DataError, match="15 images but .*14 labels") as err:
-        ebp_lib.load_dataset("mnist", data_dir=root)
+        ebp_data.load_dataset("mnist", data_dir=root)
     assert str(root / "mnist" / name) in str(err.value)
 
 
@@ -262,7 +262,7 @@ def test_label_out_of_range(tmp_path):
     images = write_gz(tmp_path / "im.gz", idx_bytes(IMAGES))
     labels = write_gz(tmp_path / "lab.gz", idx_bytes(np.array([0, 10, 3], np.uint8)))
     with pytest.raises(DataError, match="label 10 outside 0..9") as err:
-        ebp_lib.read_split(images, labels)
+        ebp_data.read_split(images, labels)
     assert str(labels) in str(err.value)
 
 
@@ -272,12 +272,12 @@ def test_label_out_of_range(tmp_path):
 
 def test_missing_files_no_network(isolated):
     with pytest.raises(DataNotFoundError) as err:
-        ebp_lib.load_dataset("mnist")
+        ebp_data.load_dataset("mnist")
     msg = str(err.value)
     assert isinstance(err.value, FileNotFoundError) and isinstance(err.value, DataError)
     assert all(name in msg for name in MNIST_FILES), msg
-    assert ebp_lib.DATA_ENV_VAR in msg and "could not download" in msg and "127.0.0.1:9" in msg
-    assert str(ebp_lib.CACHE_DIR / "mnist") in msg
+    assert ebp_data.DATA_ENV_VAR in msg and "could not download" in msg and "127.0.0.1:9" in msg
+    assert str(ebp_data.CACHE_DIR / "mnist") in msg
     assert not list(isolated.rglob("*.gz")), "a failed download must leave no file behind"
 
 
@@ -286,17 +286,17 @@ def test_missing_some_files_names_only_those(fake_mnist):
     (root / "mnist" / "t10k-images-idx3-ubyte.gz").unlink()
     (root / "mnist" / "t10k-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(DataNotFoundError) as err:
-        ebp_lib.load_raw("mnist", data_dir=root)
+        ebp_data.load_raw("mnist", data_dir=root)
     msg = str(err.value)
     assert "t10k-images-idx3-ubyte.gz" in msg and "t10k-labels-idx1-ubyte.gz" in msg
     assert "train-images" not in msg and "train-labels" not in msg
-    assert ebp_lib.DATA_ENV_VAR in msg and "could not download" not in msg  # data_dir given: no download
+    assert ebp_data.DATA_ENV_VAR in msg and "could not download" not in msg  # data_dir given: no download
 
 
 def test_env_var_names_missing_folder(isolated, monkeypatch):
-    monkeypatch.setenv(ebp_lib.DATA_ENV_VAR, str(isolated / "nowhere"))
+    monkeypatch.setenv(ebp_data.DATA_ENV_VAR, str(isolated / "nowhere"))
     with pytest.raises(DataNotFoundError) as err:
-        ebp_lib.find_data_files("fashion-mnist")
+        ebp_data.find_data_files("fashion-mnist")
     assert str(isolated / "nowhere" / "fashion-mnist") in str(err.value)
 
 
@@ -322,25 +322,25 @@ def test_download_into_cache_then_offline(isolated, monkeypatch, loopback_mirror
     served, url = loopback_mirror
     arrays = fake_arrays(seed=1)
     sums = write_fake_dataset(served, arrays)
-    monkeypatch.setitem(ebp_lib.DATASETS["mnist"], "md5", sums)
-    monkeypatch.setitem(ebp_lib.DATASETS["mnist"], "mirrors", ["http://127.0.0.1:9/", url])  # first one is down
-    raw = ebp_lib.load_raw("mnist")
+    monkeypatch.setitem(ebp_data.DATASETS["mnist"], "md5", sums)
+    monkeypatch.setitem(ebp_data.DATASETS["mnist"], "mirrors", ["http://127.0.0.1:9/", url])  # first one is down
+    raw = ebp_data.load_raw("mnist")
     np.testing.assert_array_equal(raw["train_images"], arrays["train-images-idx3-ubyte.gz"])
-    assert sorted(p.name for p in (ebp_lib.CACHE_DIR / "mnist").iterdir()) == sorted(MNIST_FILES)
+    assert sorted(p.name for p in (ebp_data.CACHE_DIR / "mnist").iterdir()) == sorted(MNIST_FILES)
     # the mirror goes away: the cache is enough
-    monkeypatch.setitem(ebp_lib.DATASETS["mnist"], "mirrors", ["http://127.0.0.1:9/"])
-    np.testing.assert_array_equal(ebp_lib.load_raw("mnist")["test_labels"], arrays["t10k-labels-idx1-ubyte.gz"])
+    monkeypatch.setitem(ebp_data.DATASETS["mnist"], "mirrors", ["http://127.0.0.1:9/"])
+    np.testing.assert_array_equal(ebp_data.load_raw("mnist")["test_labels"], arrays["t10k-labels-idx1-ubyte.gz"])
 
 
 def test_download_with_wrong_md5_is_refused(isolated, monkeypatch, loopback_mirror):
     served, url = loopback_mirror
     write_fake_dataset(served, fake_arrays(seed=2))  # not the real MNIST: the published md5s reject it
-    monkeypatch.setitem(ebp_lib.DATASETS["mnist"], "mirrors", [url])
+    monkeypatch.setitem(ebp_data.DATASETS["mnist"], "mirrors", [url])
     with pytest.raises(DataNotFoundError) as err:
-        ebp_lib.find_data_files("mnist")
+        ebp_data.find_data_files("mnist")
     msg = str(err.value)
     assert "could not download" in msg and MNIST_FILES[-1] in msg and MNIST_MD5[MNIST_FILES[-1]] in msg
-    assert not list((ebp_lib.CACHE_DIR / "mnist").glob("*.gz")) if (ebp_lib.CACHE_DIR / "mnist").exists() else True
+    assert not list((ebp_data.CACHE_DIR / "mnist").glob("*.gz")) if (ebp_data.CACHE_DIR / "mnist").exists() else True
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -348,9 +348,9 @@ def test_download_with_wrong_md5_is_refused(isolated, monkeypatch, loopback_mirr
 # ----------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call", [
-    lambda: ebp_lib.find_data_files("cifar10"),
-    lambda: ebp_lib.load_raw("cifar10"),
-    lambda: ebp_lib.load_dataset("MNIST"),
+    lambda: ebp_data.find_data_files("cifar10"),
+    lambda: ebp_data.load_raw("cifar10"),
+    lambda: ebp_data.load_dataset("MNIST"),
 ])
 def test_unknown_dataset(isolated, call):
     with pytest.raises(ValueError, match="unknown dataset") as err:
@@ -362,16 +362,16 @@ def test_unknown_dataset(isolated, call):
 def test_bad_preprocessing_mode(fake_mnist):
     root, arrays = fake_mnist
     with pytest.raises(ValueError, match="unknown preprocessing 'per-pixel'.*'pixel', 'global' or 'unit'"):
-        ebp_lib.load_dataset("mnist", preprocessing="per-pixel", data_dir=root)
+        ebp_data.load_dataset("mnist", preprocessing="per-pixel", data_dir=root)
     with pytest.raises(ValueError, match="unknown preprocessing 'Pixel'"):
-        ebp_lib.standardise(arrays["train-images-idx3-ubyte.gz"], arrays["t10k-images-idx3-ubyte.gz"], "Pixel")
+        ebp_data.standardise(arrays["train-images-idx3-ubyte.gz"], arrays["t10k-images-idx3-ubyte.gz"], "Pixel")
 
 
 @pytest.mark.parametrize("n_train", [0, -1, 41])
 def test_bad_n_train(fake_mnist, n_train):
     root, _ = fake_mnist
     with pytest.raises(ValueError, match=f"n_train={n_train} must be between 1 and 40"):
-        ebp_lib.load_dataset("mnist", n_train=n_train, data_dir=root)
+        ebp_data.load_dataset("mnist", n_train=n_train, data_dir=root)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -380,16 +380,16 @@ def test_bad_n_train(fake_mnist, n_train):
 
 @pytest.fixture(scope="module")
 def mnist_raw(real_data_dir):
-    return ebp_lib.load_raw("mnist", data_dir=real_data_dir)
+    return ebp_data.load_raw("mnist", data_dir=real_data_dir)
 
 
 @pytest.fixture(scope="module")
 def mnist_pixel(real_data_dir):
-    return ebp_lib.load_dataset("mnist", data_dir=real_data_dir)
+    return ebp_data.load_dataset("mnist", data_dir=real_data_dir)
 
 
 def test_real_files_found_and_verified(real_data_dir):
-    found = ebp_lib.find_data_files("mnist")  # through $EBP_DATA_DIR
+    found = ebp_data.find_data_files("mnist")  # through $EBP_DATA_DIR
     assert sorted(found) == sorted(MNIST_FILES)
     assert all(path.parent == real_data_dir / "mnist" for path in found.values())
     assert all(md5(path) == MNIST_MD5[name] for name, path in found.items())
@@ -409,7 +409,7 @@ def test_real_mnist_raw(mnist_raw):
 
 
 def test_real_fashion_mnist(real_data_dir):
-    r = ebp_lib.load_raw("fashion-mnist", data_dir=real_data_dir)
+    r = ebp_data.load_raw("fashion-mnist", data_dir=real_data_dir)
     assert r["train_images"].shape == (60000, 28, 28) and r["test_images"].shape == (10000, 28, 28)
     assert all(a.dtype == np.uint8 for a in r.values())
     assert np.bincount(r["train_labels"]).tolist() == [6000] * 10
@@ -445,36 +445,36 @@ def test_real_targets(mnist_raw, mnist_pixel):
 
 
 def test_one_vs_all_values():
-    y = ebp_lib.one_vs_all(np.array([0, 3, 9]))
+    y = ebp_data.one_vs_all(np.array([0, 3, 9]))
     expected = -np.ones((3, 10))
     expected[[0, 1, 2], [0, 3, 9]] = 1
     np.testing.assert_array_equal(y, expected)
-    assert ebp_lib.one_vs_all(np.array([1]), dtype=np.float32).dtype == np.float32
+    assert ebp_data.one_vs_all(np.array([1]), dtype=np.float32).dtype == np.float32
 
 
 def test_real_global_unit_and_floor(real_data_dir, mnist_raw):
     n = 10000
     raw_train = mnist_raw["train_images"][:n].reshape(n, 784).astype(np.float64)
     raw_test = mnist_raw["test_images"].reshape(10000, 784).astype(np.float64)
-    g = ebp_lib.load_dataset("mnist", "global", n_train=n, data_dir=real_data_dir)
+    g = ebp_data.load_dataset("mnist", "global", n_train=n, data_dir=real_data_dir)
     assert abs(g.x_train.mean()) < 1e-9 and abs(g.x_train.std() - 1) < 1e-9
     np.testing.assert_allclose(g.x_test, (raw_test - raw_train.mean()) / raw_train.std(), rtol=1e-9)
-    u = ebp_lib.load_dataset("mnist", "unit", n_train=n, data_dir=real_data_dir, dtype=np.float32)
+    u = ebp_data.load_dataset("mnist", "unit", n_train=n, data_dir=real_data_dir, dtype=np.float32)
     assert u.x_train.dtype == np.float32 and u.x_train.min() == 0 and u.x_train.max() == 1
     np.testing.assert_allclose(u.x_test, raw_test / 255, rtol=1e-6)
     floor = 25.5
-    f = ebp_lib.load_dataset("mnist", "pixel", std_floor=floor, n_train=n, data_dir=real_data_dir)
+    f = ebp_data.load_dataset("mnist", "pixel", std_floor=floor, n_train=n, data_dir=real_data_dir)
     std = raw_train.std(0)
     big = std > floor
     np.testing.assert_allclose(f.x_train[:, big].std(0), 1, rtol=1e-9)
     np.testing.assert_allclose(f.x_train[:, ~big], (raw_train - raw_train.mean(0))[:, ~big] / floor, atol=1e-12)
     assert np.abs(f.x_train).max() <= 255 / floor
-    plain = ebp_lib.load_dataset("mnist", n_train=n, data_dir=real_data_dir)
+    plain = ebp_data.load_dataset("mnist", n_train=n, data_dir=real_data_dir)
     assert np.abs(plain.x_train).max() > 50  # without the floor, rare border pixels blow up
 
 
 def test_real_n_train_subset(real_data_dir, mnist_raw, mnist_pixel):
-    d = ebp_lib.load_dataset("mnist", n_train=1000, data_dir=real_data_dir)
+    d = ebp_data.load_dataset("mnist", n_train=1000, data_dir=real_data_dir)
     assert d.x_train.shape == (1000, 784) and d.y_train.shape == (1000, 10) and d.x_test.shape == (10000, 784)
     np.testing.assert_array_equal(d.labels_train, mnist_raw["train_labels"][:1000])
     np.testing.assert_allclose(d.x_train.mean(0), 0, atol=1e-9)  # statistics of the kept images only

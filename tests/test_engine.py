@@ -1,11 +1,13 @@
-"""Tests of the readable EBP in ebp_lib (issue 3), against the references of ebp_checks. Each one fails if the maths
+"""Tests of the readable EBP in ebp_lib, against the references of ebp_checks. Each one fails if the maths
 it checks is broken."""
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import ebp_checkpoint
 import ebp_checks as checks
+import ebp_data
 import ebp_lib as ebp
 
 WEIGHTS = ["binary", "real"]
@@ -19,7 +21,7 @@ def small_net(weights, architecture=(6, 5, 3), side=3, seed=3, **kwargs):
 def batch(net, n=3, seed=1):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, net.sizes[0]))
-    y = ebp.one_vs_all(rng.integers(0, net.sizes[-1], n), net.sizes[-1])
+    y = ebp_data.one_vs_all(rng.integers(0, net.sizes[-1], n), net.sizes[-1])
     return x, y
 
 
@@ -142,7 +144,7 @@ def test_local_mask_fan_in_and_size(block):
     assert mask.shape == ((29 - block) ** 2, 784)
     assert np.all(mask.sum(axis=1) == block ** 2)
     net = ebp.init_network([("local", block), 10], seed=0)
-    np.testing.assert_array_equal(net.layers[0].n, block ** 2 + 1)
+    np.testing.assert_array_equal(net.layers[0].normaliser, block ** 2 + 1)
 
 
 def test_paper_spatial_architectures():
@@ -167,7 +169,7 @@ def tiny_data(n=60, seed=0):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 3, n)
     x = rng.standard_normal((n, 9)) + labels[:, None]
-    return ebp.Dataset("tiny", "none", x, ebp.one_vs_all(labels, 3), labels, x[:20], ebp.one_vs_all(labels[:20], 3),
+    return ebp_data.Dataset("tiny", "none", x, ebp_data.one_vs_all(labels, 3), labels, x[:20], ebp_data.one_vs_all(labels[:20], 3),
                        labels[:20])
 
 
@@ -202,18 +204,18 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path):
     data = tiny_data()
     ckpt = tmp_path / "run.npz"
     ebp.fit(tiny_net(), data, 1, checkpoint=ckpt)
-    with pytest.raises(ebp.CheckpointMismatchError, match="another run"):
+    with pytest.raises(ebp_checkpoint.CheckpointMismatchError, match="another run"):
         ebp.fit(ebp.init_network([8, 8, 3], "real", seed=1, input_side=3), data, 2, checkpoint=ckpt)
 
 
 def test_checkpoint_of_other_data_settings_is_refused_naming_both(tmp_path):
-    """Resuming must not mix two runs that differ only in their data (issue: MNIST epochs, then Fashion-MNIST)."""
+    """Resuming must not mix two runs that differ only in their data (MNIST epochs, then Fashion-MNIST)."""
     data, ckpt = tiny_data(), tmp_path / "ckpt.npz"
     ebp.fit(tiny_net(), data, 1, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500})
-    with pytest.raises(ebp.CheckpointMismatchError) as err:
+    with pytest.raises(ebp_checkpoint.CheckpointMismatchError) as err:
         ebp.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "fashion-mnist", "n_train": 500})
     assert "dataset: checkpoint 'mnist', this run 'fashion-mnist'" in str(err.value)
-    with pytest.raises(ebp.CheckpointMismatchError, match="engine"):
+    with pytest.raises(ebp_checkpoint.CheckpointMismatchError, match="engine"):
         ebp.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500},
                 engine="reference")
     net, history = ebp.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500})
@@ -227,9 +229,59 @@ def test_unreadable_checkpoint_is_named(tmp_path, damage):
     raw = ckpt.read_bytes()
     ckpt.write_bytes({"empty": b"", "truncated": raw[:len(raw) // 2], "not npz": b"hello",
                       "flipped": raw[:200] + bytes([raw[200] ^ 0xFF]) + raw[201:]}[damage])
-    for call in (lambda: ebp.fit(tiny_net(), data, 2, checkpoint=ckpt), lambda: ebp.read_network_meta(ckpt)):
-        with pytest.raises(ebp.CheckpointError, match=f"cannot read {ckpt}.*[Mm]ove it aside"):
+    for call in (lambda: ebp.fit(tiny_net(), data, 2, checkpoint=ckpt), lambda: ebp_checkpoint.read_network_meta(ckpt)):
+        with pytest.raises(ebp_checkpoint.CheckpointError, match=f"cannot read {ckpt}.*[Mm]ove it aside"):
             call()
+
+
+def test_a_checkpoint_whose_arrays_do_not_fit_its_architecture_is_refused(tmp_path):
+    """A valid checkpoint of [784, 200, 10] whose h0 is replaced by one of shape (1, 784): load_network used to
+    broadcast it into 200 identical units and train on; it is refused before the network is built, naming the
+    array, its shape and the one the recorded architecture needs, and fit does not resume from it. So are an
+    extra array, a non-finite value and a weight outside a spatial unit's block."""
+    rng, ckpt = np.random.default_rng(0), tmp_path / "ckpt.npz"
+    labels = rng.integers(0, 10, 40)
+    x = rng.standard_normal((40, 784))
+    data = ebp_data.Dataset("tiny", "none", x, ebp_data.one_vs_all(labels, 10), labels, x[:20],
+                            ebp_data.one_vs_all(labels[:20], 10), labels[:20])
+    ebp.fit(ebp.init_network([200, 10], "binary", seed=0), data, 1, checkpoint=ckpt)
+    with np.load(ckpt) as f:
+        arrays = {name: f[name] for name in f.files}
+
+    def variant(name, **changes):
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, **{**arrays, **changes})
+        return path
+
+    narrow = variant("narrow", h0=arrays["h0"][:1])
+    with pytest.raises(ebp_checkpoint.CheckpointError, match=r"narrow\.npz: array 'h0' is float\d+\[1, 784\]; the "
+                                                         r"recorded architecture \[200, 10\] .* shape \[200, 784\]"):
+        ebp.load_network(narrow)
+    with pytest.raises(ebp_checkpoint.CheckpointError, match="array 'h0'"):
+        ebp.fit(ebp.init_network([200, 10], "binary", seed=0), data, 2, checkpoint=narrow)
+    with pytest.raises(ebp_checkpoint.CheckpointError, match=r"arrays \['h2'\] are not part of"):
+        ebp.load_network(variant("extra", h2=arrays["h1"]))
+    with pytest.raises(ebp_checkpoint.CheckpointError, match="array 'b1' is missing"):
+        ebp.load_network(_without(tmp_path, arrays, "b1"))
+    bad = arrays["h1"].copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ebp_checkpoint.CheckpointError, match="layer 2 holds non-finite values"):
+        ebp.load_network(variant("nan", h1=bad))
+    spatial = tmp_path / "spatial.npz"
+    ebp.save_network(spatial, ebp.init_network([("local", 13), 10], "binary", seed=0))
+    with np.load(spatial) as f:
+        local = {name: f[name] for name in f.files}
+    local["h0"] = local["h0"].copy()
+    local["h0"][0, -1] = 0.5  # unit 0 sees the top-left 13x13 patch only
+    np.savez(spatial, **local)
+    with pytest.raises(ebp_checkpoint.CheckpointError, match="layer 1 has weights outside its units' blocks"):
+        ebp.load_network(spatial)
+
+
+def _without(tmp_path, arrays, name):
+    path = tmp_path / f"without-{name}.npz"
+    np.savez(path, **{k: v for k, v in arrays.items() if k != name})
+    return path
 
 
 def test_failed_save_keeps_the_old_file_and_no_temporary(tmp_path, monkeypatch):
@@ -336,11 +388,11 @@ def test_ebp_d_uses_sign_of_h_for_binary_and_h_for_real():
 
 @pytest.fixture(scope="module")
 def mnist(real_data_dir):
-    return ebp.load_dataset("mnist", data_dir=real_data_dir)
+    return ebp_data.load_dataset("mnist", data_dir=real_data_dir)
 
 
 def test_one_epoch_on_mnist_learns(mnist):
-    """[784, 200, 10], default settings, one epoch: the issue's bounds (a plain implementation: 6.6% / 10.2%)."""
+    """[784, 200, 10], default settings, one epoch: bounds from a plain implementation of docs/maths.md (6.6% / 10.2%)."""
     binary, _ = ebp.fit(ebp.init_network([200, 10], "binary", seed=0), mnist, 1, n_train_eval=0)
     real, _ = ebp.fit(ebp.init_network([200, 10], "real", seed=0), mnist, 1, n_train_eval=0)
     b = ebp.evaluate(binary, mnist.x_test, mnist.labels_test)
@@ -376,10 +428,76 @@ def test_importing_the_readable_modules_does_not_import_numba():
     import subprocess
     import sys
 
-    code = "import sys, ebp_lib, ebp_checks, ebp_analysis; print('numba' in sys.modules)"
+    code = "import sys, ebp_data, ebp_checkpoint, ebp_lib, ebp_checks, ebp_analysis; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "False"
+
+
+ENGINE_MODULES = ("ebp_data", "ebp_checkpoint", "ebp_lib", "ebp_fast", "ebp_checks", "ebp_analysis", "ebp_binary",
+                  "ebp_binary_kernels")
+
+
+def test_the_engine_modules_import_one_another_without_a_cycle():
+    """Every import among the library's modules, those inside functions included (ebp_lib imports ebp_fast when the
+    fast engine is first used), goes one way: the kernel files and the data and checkpoint modules import none of
+    the others, and nothing imports back."""
+    import ast
+    import graphlib
+
+    root = Path(__file__).resolve().parents[1]
+    graph = {}
+    for name in ENGINE_MODULES:
+        imported = set()
+        for node in ast.walk(ast.parse((root / f"{name}.py").read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module)
+        graph[name] = imported & set(ENGINE_MODULES)
+    assert graph["ebp_fast"] == graph["ebp_binary_kernels"] == graph["ebp_data"] == graph["ebp_checkpoint"] == set()
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError naming a cycle
+    assert order.index("ebp_fast") < order.index("ebp_lib") < order.index("ebp_binary")
+
+
+def test_the_maths_tables_name_code_that_exists():
+    """docs/maths.md's section → function table and the notation card of notebooks/README.md name functions (and
+    the fields that keep their results) that exist: a name is ebp_lib's unless it names its module."""
+    import dataclasses
+    import importlib
+    import importlib.util
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    names = []
+    for path, column in (("docs/maths.md", 2), ("notebooks/README.md", 3)):
+        for line in (root / path).read_text().splitlines():
+            cells = line.split("|")
+            if len(cells) > column + 1 and "`" in cells[column]:
+                names += [n for n in re.findall(r"`([A-Za-z_][\w.]*)`", cells[column]) if not n.endswith(".py")]
+    assert len(names) > 20
+    fields_in_prose = {"dropout", "x_train", "y_train"}  # "its `dropout` branches", "its `x_train`, `y_train`"
+    for name in set(names) - fields_in_prose:
+        module, _, attribute = name.partition(".")
+        if not module.startswith("ebp_") or not attribute:  # ebp_lib's own names are written without "ebp_lib."
+            module, attribute = "ebp_lib", name
+        if module == "ebp_jax" and importlib.util.find_spec("jax") is None:  # the JAX engine is optional
+            continue
+        owner, _, field_name = attribute.partition(".")
+        found = getattr(importlib.import_module(module), owner, None)
+        assert found is not None, name
+        if field_name:
+            assert field_name in {f.name for f in dataclasses.fields(found)}, name
+
+
+def test_every_engine_resolves_to_its_three_operations():
+    """ENGINES is the one place an engine name is resolved; an unknown name is refused there."""
+    for name in ebp.ENGINES:
+        engine = ebp.resolve_engine(name)
+        assert callable(engine.step) and callable(engine.steps) and callable(engine.outputs)
+    for bad in ("gpu", None, ["fast"]):
+        with pytest.raises(ValueError, match="unknown engine"):
+            ebp.resolve_engine(bad)
 
 
 @pytest.mark.parametrize("weights", WEIGHTS)
@@ -396,8 +514,9 @@ def test_held_mask_reading_is_a_full_matrix_with_masked_weights_at_zero(weights)
     f_held, f_dense, f_absent = (ebp.forward(net, x) for net in (held, dense, absent))
     np.testing.assert_allclose(f_held.mu[0], f_dense.mu[0], rtol=1e-12)
     np.testing.assert_allclose(f_held.sigma2[0], f_dense.sigma2[0], rtol=1e-12)
-    assert np.all(held.layers[0].n == 10) and np.all(absent.layers[0].n == 5)
-    assert np.all(f_held.sigma2[0] > f_absent.sigma2[0] * absent.layers[0].n / held.layers[0].n)  # extra variance
+    assert np.all(held.layers[0].normaliser == 10) and np.all(absent.layers[0].normaliser == 5)
+    # the held weights add variance
+    assert np.all(f_held.sigma2[0] > f_absent.sigma2[0] * absent.layers[0].normaliser / held.layers[0].normaliser)
     ebp.train_step(held, x, y, engine="reference")
     mask = held.layers[0].mask
     assert np.all(held.layers[0].h[~mask] == 0) and np.any(held.layers[0].h[mask] != dense.layers[0].h[mask])
@@ -409,4 +528,4 @@ def test_held_mask_reading_survives_save_and_load(tmp_path):
     net = ebp.init_network([("local", 2), 3], "binary", seed=1, input_side=3, mask_reading="held")
     ebp.save_network(tmp_path / "m.npz", net)
     loaded, _ = ebp.load_network(tmp_path / "m.npz")
-    assert loaded.mask_reading == "held" and loaded.layers[0].held and np.all(loaded.layers[0].n == 10)
+    assert loaded.mask_reading == "held" and loaded.layers[0].held and np.all(loaded.layers[0].normaliser == 10)

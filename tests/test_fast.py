@@ -1,4 +1,4 @@
-"""The fast engine (engine="fast", ebp_fast.py) against the readable reference in ebp_lib (issue 4): every kernel
+"""The fast engine (engine="fast", ebp_fast.py) against the readable reference in ebp_lib: every kernel
 against its plain version, and whole epochs against engine="reference".
 
 The fast engine computes in float32; the reference in float64. Tolerance: after 300 updates
@@ -8,14 +8,13 @@ different dropout mask) fails by orders of magnitude.
 """
 import inspect
 import re
-import sys
-from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
 from scipy import special
 
+import ebp_data
 import ebp_fast
 import ebp_lib as ebp
 
@@ -40,7 +39,7 @@ def data(n, seed=0, classes=10):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, classes, n)
     x = rng.standard_normal((n, SIDE * SIDE)) + 0.5 * np.cos(labels[:, None] + np.arange(SIDE * SIDE))
-    return x, ebp.one_vs_all(labels, classes)
+    return x, ebp_data.one_vs_all(labels, classes)
 
 
 def net_for(weights, architecture, dropout, init_scale, dtype=np.float64):
@@ -205,8 +204,7 @@ def test_rational_fits_meet_their_error_bounds(name):
     """The coefficients in ebp_fast's source (_tanh32 / _erf32: the clamp, then P and Q from the highest power down)
     are the ones the kernel computes with, and they, as well as a fresh fit by scripts/fit_rational.py, meet the
     stated error bounds on a dense grid (the refit depends on LAPACK's rounding, so the coefficients may differ)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import fit_rational
+    from scripts import fit_rational
     f, compiled, c, k, l, far, iterations = fit_rational.FITS[name]
     constants = [float(v) for v in re.findall(r"np\.float32\(([-+0-9.e]+)\)", inspect.getsource(compiled.py_func))]
     assert len(constants) == 1 + (k + 1) + (l + 1) and constants[0] == c and constants[-1] == 1.0  # Q(0) = 1
@@ -293,19 +291,19 @@ def test_unknown_engine_is_refused():
 
 @pytest.mark.parametrize("weights, architecture, dropout, init_scale", CASES)
 def test_fast_evaluation_equals_reference(weights, architecture, dropout, init_scale):
-    """fit evaluates with the training engine: the float32 outputs (ebp_fast.ebp_p; EBP-D is output_ebp_d on the
-    float32 network) are within 1e-5 of the reference's, and the predicted classes agree except on near-ties (none
-    here; at most 1 image in 1,000 allowed)."""
+    """fit evaluates with the training engine: the float32 outputs (ebp_lib.float32_outputs; EBP-D is output_ebp_d
+    on the float32 network) are within 1e-5 of the reference's, and the predicted classes agree except on near-ties
+    (none here; at most 1 image in 1,000 allowed)."""
     x, y = data(3000)
     net = net_for(weights, architecture, dropout, init_scale)
     ebp.train_epoch(net, x, y, 10, np.random.default_rng(0))
     x_test, y_test = data(1000, seed=1)
     labels = y_test.argmax(axis=1)
-    net32 = ebp_fast.float32_network(net)
-    ebp_p32 = ebp_fast.ebp_p(net32, ebp_fast.ebp_p_weights(net32), x_test)
+    with ebp.float32_outputs(net) as outputs:
+        ebp_p32, ebp_d32 = outputs(x_test)
+    assert ebp_p32.dtype == ebp_d32.dtype == np.float32
     assert np.abs(ebp_p32 - ebp.output_ebp_p(net, x_test)).max() < 1e-5
-    assert np.sum(ebp.output_ebp_d(net32, x_test.astype(np.float32)).argmax(axis=1)
-                  != ebp.output_ebp_d(net, x_test).argmax(axis=1)) <= 1
+    assert np.sum(ebp_d32.argmax(axis=1) != ebp.output_ebp_d(net, x_test).argmax(axis=1)) <= 1
     fast, reference = (ebp.evaluate(net, x_test, labels, engine=e) for e in ("fast", "reference"))
     assert abs(fast["ebp_p"] - reference["ebp_p"]) <= 1e-3 and abs(fast["ebp_d"] - reference["ebp_d"]) <= 1e-3
     assert 0.02 < reference["ebp_p"] < 0.9  # the network learned something, and not everything

@@ -7,8 +7,9 @@ import pytest
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
 
-import ebp_jax  # noqa: E402  (x64 must be enabled before the module builds arrays)
-import ebp_lib  # noqa: E402
+import ebp_data
+import ebp_jax
+import ebp_lib
 
 CONFIGS = [  # (weights, architecture, dropout, mask reading)
     ("binary", [12, 10], None, "absent"), ("real", [12, 10], None, "absent"),
@@ -23,7 +24,7 @@ CONFIGS = [  # (weights, architecture, dropout, mask reading)
 def small_data(n, side=6, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, side * side))
-    return x, ebp_lib.one_vs_all(rng.integers(0, 10, n))
+    return x, ebp_data.one_vs_all(rng.integers(0, 10, n))
 
 
 def dropout_masks(net, batch, rng):
@@ -86,3 +87,63 @@ def test_matrix_products_use_full_float32_precision():
     exact = a.astype(np.float64) @ a.astype(np.float64)
     product = np.asarray(ebp_jax._matmul(jax.numpy.asarray(a), jax.numpy.asarray(a)), np.float64)
     assert np.max(np.abs(product - exact)) < 1e-4  # TF32 (10-bit mantissa) would err by about 1e-2 here
+
+
+from tests.test_fast import CASES as ENGINE_CASES
+from tests.test_fast import assert_close_networks, data, net_for
+
+
+@pytest.mark.parametrize("batch_size", [1, 10])
+@pytest.mark.parametrize("weights, architecture, dropout, init_scale", ENGINE_CASES)
+def test_jax_engine_equals_reference_after_300_updates(weights, architecture, dropout, init_scale, batch_size):
+    """engine="jax" (float32) against the float64 reference, with test_fast's cases and tolerance (1e-4 of the
+    largest |h| after 300 updates), drawing the same dropout masks from the same generator."""
+    x, y = data(300 * batch_size)
+    jax_net, reference = (net_for(weights, architecture, dropout, init_scale) for _ in range(2))
+    rng_jax, rng_reference = np.random.default_rng(5), np.random.default_rng(5)
+    ebp_lib.train_epoch(jax_net, x, y, batch_size, rng_jax, engine="jax")
+    ebp_lib.train_epoch(reference, x, y, batch_size, rng_reference, engine="reference")
+    assert rng_jax.bit_generator.state == rng_reference.bit_generator.state
+    assert_close_networks(jax_net, reference)
+
+
+@pytest.mark.parametrize("weights, architecture, dropout, init_scale", ENGINE_CASES)
+def test_jax_evaluation_equals_reference(weights, architecture, dropout, init_scale):
+    """EBP-P and EBP-D outputs of engine="jax" against the reference on a trained net: the same predictions
+    except near-ties (at most 1 of 500 images), outputs within float32 rounding."""
+    x, y = data(500, seed=1)
+    net = net_for(weights, architecture, dropout, init_scale)
+    ebp_lib.train_epoch(net, x, y, 10, np.random.default_rng(0), engine="reference")
+    with ebp_lib.resolve_engine("jax").outputs(net) as outputs:
+        ebp_p, ebp_d = outputs(x)
+    np.testing.assert_allclose(ebp_p, ebp_lib.output_ebp_p(net, x), rtol=0, atol=1e-4)
+    reference_d = ebp_lib.output_ebp_d(net, x)
+    assert np.mean(ebp_d.argmax(axis=1) != reference_d.argmax(axis=1)) <= 1 / 500
+    assert np.mean(ebp_p.argmax(axis=1) != ebp_lib.output_ebp_p(net, x).argmax(axis=1)) <= 1 / 500
+
+
+def test_jax_engine_stops_before_a_non_finite_step_like_the_reference():
+    x, y = data(40)
+    x[25] = np.nan  # minibatch 2 (images 20-29) of batch size 10
+    net = net_for("binary", [30, 10], None, 1.0)
+    with pytest.raises(FloatingPointError, match="step 2 of epoch 1"):
+        ebp_lib.train_steps(net, x, y, np.arange(40), 10, np.random.default_rng(0), engine="jax")
+    reference = net_for("binary", [30, 10], None, 1.0)
+    ebp_lib.train_steps(reference, x[:20], y[:20], np.arange(20), 10, np.random.default_rng(0), engine="reference")
+    assert_close_networks(net, reference)  # the network is that of the last finite step
+
+
+def test_benchmark_script_records_device_load_and_extrapolation(real_data_dir, tmp_path):
+    from scripts import benchmark_jax
+
+    out = tmp_path / "bench.json"
+    assert benchmark_jax.main(["--images", "20", "--groups", "1", "2", "--architectures", "20", "--out",
+                               str(out)]) == 0
+    import json
+
+    record = json.loads(out.read_text())
+    assert record["device"]["platform"] and record["machine"]["load_average_at_start"]
+    row = record["results"][0]
+    assert [g["runs"] for g in row["groups"]] == [1, 2] and row["fast"]["images_per_second"] > 0
+    assert all(g["runs_per_hour_extrapolated"] > 0 and "ratio_to_fast" in g for g in row["groups"])
+    assert "extrapolated" in record["extrapolation"]

@@ -1,0 +1,501 @@
+"""The folder of one run: where it lies, its lock, its result.json, and its state.
+
+A run of the experiment notebook writes into one folder, <runs>/<results_folder(profile, dataset)>/<run_key>/:
+result.json (rewritten after every epoch by EpochRecorder), checkpoint.npz while unfinished, the executed
+notebook and its learning curve. One process at a time trains into a folder (open_output_dir holds an flock).
+Before a run starts, job_state reads what the folder holds and checks result.json (the run record,
+reproduction.records) against itself, the checkpoint and the lines its executed notebook printed: a run is new,
+partial, finished, stale, corrupt or inconsistent. A finished run is never trained over (check_output_dir, which
+the experiment notebook calls too). outputs/README.md describes the files.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import json
+import os
+import re
+import socket
+import stat
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ebp_checkpoint
+import ebp_lib
+from reproduction.parameters import (
+    DATASET_CHOICES,
+    DEFAULT_PARAMETERS,
+    FULL_TRAIN,
+    RUN_CONFIG_KEYS,
+    ParameterError,
+    architecture_layers,
+    check_dataset,
+    protocol_relative_to_paper,
+    same_configuration,
+    validate_parameters,
+)
+from reproduction.records import (
+    HISTORY_ERRORS,
+    RECORD_FORMAT,
+    REPO,
+    RecordError,
+    cpu_model,
+    git_state,
+    package_versions,
+    read_record,
+    record_problems,
+    write_record,
+)
+
+RUNS_DIR = REPO / "outputs" / "runs"
+
+RESULT_FILE = "result.json"
+CHECKPOINT_FILE = "checkpoint.npz"
+EXECUTED_FILE = "experiment.ipynb"
+LOCK_FILE = ".lock"
+CURVE_FILE = "learning_curve.png"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Where a run's folder lies
+# ----------------------------------------------------------------------------------------------------------
+
+def results_folder(profile: str, dataset: str = "mnist") -> str:
+    """The folder under outputs/runs/ holding one profile's runs on one data set: the profile's name for MNIST,
+    the paper's data set (the committed MNIST runs lie in folders of that name), <profile>-<dataset> for the others,
+    e.g. paper-fashion-mnist. One folder per profile and data set, so two data sets never share a run."""
+    return profile if check_dataset(dataset) == "mnist" else f"{profile}-{dataset}"
+
+
+def split_results_folder(name: str) -> tuple[str, str]:
+    """(profile, data set) of a folder named by results_folder: 'paper-fashion-mnist' -> ('paper',
+    'fashion-mnist'); a name without a data set suffix is an MNIST folder ('paper' -> ('paper', 'mnist'))."""
+    for dataset in DATASET_CHOICES:
+        if dataset != "mnist" and name.endswith(f"-{dataset}") and len(name) > len(dataset) + 1:
+            return name[:-len(dataset) - 1], dataset
+    return name, "mnist"
+
+
+def run_key(run_id: str, dropout: str | None = None, seed: int = 0, mask_reading: str = "absent") -> str:
+    """The folder name of a run: its run id, plus the dropout reading (`dropout`) for dropout runs, plus -held
+    for spatial runs with the held mask reading, plus -seed<N> for seeds other than 0 (seed 0 and the absent
+    reading add nothing: the committed runs of seed 0 and of the absent reading lie in folders named so)."""
+    return (run_id + (f"-{dropout}" if dropout else "") + ("-held" if mask_reading == "held" else "")
+            + (f"-seed{seed}" if seed else ""))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The folder's lock
+# ----------------------------------------------------------------------------------------------------------
+
+class RunBusyError(RuntimeError):
+    """Another process is training into this output folder (it holds the folder's lock)."""
+
+
+class UnsafeLockError(RuntimeError):
+    """A folder's lock file is a symbolic link (or not a regular file): opening it for writing would write through
+    it to whatever it points at."""
+
+
+def _open_lock(lock: Path, flags: int) -> int:
+    """A file descriptor of the lock file `lock`, opened without following a symbolic link; UnsafeLockError if
+    it is one (or not a regular file), naming it and its target."""
+    try:
+        fd = os.open(lock, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise UnsafeLockError(f"refusing to use the lock {lock}: it is a symbolic link (to {os.readlink(lock)}), "
+                                  f"and opening it would write to its target; remove the link") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeLockError(f"refusing to use the lock {lock}: it is not a regular file; remove it")
+    return fd
+
+
+def open_output_dir(output_dir):
+    """Create the output folder (a new temporary one for None) and lock it for this process.
+
+    Returns (absolute path, lock handle); keep the handle open while training. The lock (an flock, released when
+    the process dies) stops two processes from training into the same checkpoint; RunBusyError if another holds
+    it, UnsafeLockError if the lock file is a symbolic link (it is opened with O_NOFOLLOW, never truncated).
+    """
+    import fcntl
+
+    path = Path(tempfile.mkdtemp(prefix="ebp-experiment-")) if output_dir is None else Path(output_dir)
+    path = path.resolve()  # every message names the folder absolutely, whatever the caller's working folder
+    path.mkdir(parents=True, exist_ok=True)
+    handle = os.fdopen(_open_lock(path / LOCK_FILE, os.O_WRONLY | os.O_CREAT), "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise RunBusyError(f"another process is already training into {path} (it holds {path / LOCK_FILE}); "
+                           f"wait for it to finish or stop it") from None
+    return path, handle
+
+
+def is_locked(path) -> bool:
+    """Whether some live process holds the lock of output folder `path`. Opens the lock read-only (a read-only
+    runs folder can be listed) and without following a link (a lock that is a link is nobody's: False)."""
+    import fcntl
+
+    lock = Path(path) / LOCK_FILE
+    try:
+        fd = _open_lock(lock, os.O_RDONLY)
+    except (FileNotFoundError, UnsafeLockError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing releases the lock if we took it
+    return False
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What the folder holds: result.json (the run record), the checkpoint and the executed notebook
+# ----------------------------------------------------------------------------------------------------------
+
+def epochs_in_checkpoint(checkpoint) -> int:
+    """How many epochs a checkpoint of ebp_lib.fit holds (0 if there is none); CheckpointError if unreadable."""
+    if not Path(checkpoint).exists():
+        return 0
+    return len(ebp_checkpoint.read_network_meta(checkpoint)["history"])
+
+
+def read_result(path) -> dict | None:
+    """The run record (records.read_record) in folder `path`, or None if there is none or it is unreadable."""
+    try:
+        return read_record(Path(path) / RESULT_FILE)
+    except (FileNotFoundError, RecordError):
+        return None
+
+
+class EpochRecorder:
+    """The on_epoch callback of ebp_lib.fit: prints a progress line and rewrites result.json after every epoch
+    (finished: false), so the runner can show progress and an interrupted run still has its learning curve."""
+
+    def __init__(self, output_dir, params: dict, checkpoint, engine: str | None = None, echo=print):
+        self.path, self.params, self.echo = Path(output_dir), params, echo
+        self.engine = engine or ebp_lib.DEFAULT_ENGINE
+        self.history = ebp_checkpoint.read_network_meta(checkpoint)["history"] if Path(checkpoint).exists() else []
+        self.start_epoch, self.started = len(self.history), time.time()
+        previous = read_result(self.path) if self.start_epoch else None  # only a resumed run continues it
+        self.sessions = list(previous["sessions"]) if previous else []
+        self.session = {"started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                        "host": socket.gethostname(), "cpu": cpu_model(), "from_epoch": self.start_epoch,
+                        **git_state(), "versions": package_versions()}
+
+    def __call__(self, record: dict) -> None:
+        self.history.append(record)
+        e = record["epoch"]
+        self.echo(f"epoch {e}/{self.params['epochs']}: test error EBP-P {100 * record['test_ebp_p']:.2f}%, "
+                  f"EBP-D {100 * record['test_ebp_d']:.2f}% (epoch took {record['train_seconds']:.1f} s)")
+        self.write(self.history, finished=False)
+
+    def write(self, history: list[dict], finished: bool) -> dict:
+        """Write result.json for `history` (records.write_record) and return its contents."""
+        wall = time.time() - self.started
+        session = {**self.session, "to_epoch": len(history), "wall_seconds": round(wall, 2),
+                   "seconds_per_epoch": round(wall / max(1, len(history) - self.start_epoch), 2)}
+        n_images = self.params["n_train"] or FULL_TRAIN
+        last = history[-1] if history else None
+        result = {
+            "format": RECORD_FORMAT,
+            "method": "ebp",
+            "parameters": self.params,
+            "protocol": protocol_relative_to_paper(self.params),
+            "finished": bool(finished and len(history) >= self.params["epochs"]),
+            "epochs_done": len(history),
+            "n_train_images": n_images,
+            "train_error_images": min(n_images, 10000),  # fit's default n_train_eval
+            "final": None if last is None else {k: last[k] for k in HISTORY_ERRORS["ebp"]},
+            "history": history,
+            "train_seconds": round(sum(r["train_seconds"] for r in history), 2),
+            "wall_seconds": round(sum(s["wall_seconds"] for s in self.sessions) + wall, 2),
+            "engine": self.engine,
+            "versions": package_versions(),
+            "git_commit": self.session["git_commit"],
+            "git_dirty": self.session["git_dirty"],
+            "sessions": self.sessions + [session],
+        }
+        write_record(self.path / RESULT_FILE, result, ebp_record_problems)
+        return result
+
+
+def ebp_record_problems(data: dict) -> list[str]:
+    """Whatever disagrees within an EBP run record (records.record_problems): its parameters are not a complete,
+    valid set (validate_parameters); its protocol, training images or training-error images are not what they
+    give; its final errors are not its last epoch's; a finished run did not train its planned epochs."""
+    try:
+        valid = validate_parameters(data["parameters"])
+    except ParameterError as err:
+        return [f"parameters: {err}"]
+    n_images = valid["n_train"] or FULL_TRAIN
+    last = data["history"][-1] if data["history"] else None
+    derived = {"protocol": protocol_relative_to_paper(valid), "n_train_images": n_images,
+               "train_error_images": min(n_images, 10000)}
+    final = None if last is None else {k: last.get(k) for k in HISTORY_ERRORS["ebp"]}
+    return record_problems(data, valid, derived, final, "last epoch", valid["epochs"], may_stop_early=False)
+
+
+def checkpoint_meta(checkpoint) -> dict:
+    """The metadata of a checkpoint (ebp_checkpoint.read_network_meta) once all of it has been read: a flipped byte in
+    the weights fails their CRC only when they are read. CheckpointError, naming the file, if unreadable."""
+    ebp_lib.load_network(checkpoint)
+    return ebp_checkpoint.read_network_meta(checkpoint)
+
+
+def checkpoint_settings(meta: dict) -> dict:
+    """The experiment parameters a checkpoint was trained with, from its metadata (ebp_checkpoint.read_network_meta):
+    the network's layers, weights, dropout, keep and mask reading (the network records the reading only when it
+    is not the default, absent), and the run configuration, seed and batch size that ebp_lib.fit stores as `run` (a
+    network saved by other means has none)."""
+    network = meta["config"]
+    settings = {"layers": network["architecture"], "weights": network["weights"], "dropout": network["dropout"],
+                "keep": network["keep"], "mask_reading": network.get("mask_reading", "absent")}
+    run = meta.get("run", {})
+    settings.update({k: v for k, v in run.items() if k in RUN_CONFIG_KEYS or k in ("seed", "batch_size")})
+    return settings
+
+
+def _as_json(value):
+    """`value` as JSON would give it back (tuples as lists): how a checkpoint's metadata holds it."""
+    return json.loads(json.dumps(value))
+
+
+def parameter_problems(settings: dict, params: dict, source: str, where) -> list[str]:
+    """The checkpoint `where`'s `settings` (checkpoint_settings) that differ from the parameters `params` of
+    `source` (a file or 'these parameters'), each naming the field and both values."""
+    wanted = {**params, "layers": _as_json(architecture_layers(params["architecture"]))}
+    return [f"parameters.{name}: {where} {value!r}, {source} {wanted[name]!r}"
+            for name, value in settings.items() if name in wanted and wanted[name] != value]
+
+
+def checkpoint_problems(result: dict, meta: dict, result_path, checkpoint) -> list[str]:
+    """Whatever a run record (`result_path`) and its checkpoint's metadata disagree on: every parameter the
+    checkpoint records, and every field of every epoch of the history (the four errors and the time), from which
+    final, epochs_done and finished follow (ebp_record_problems holds them to the history)."""
+    problems = parameter_problems(checkpoint_settings(meta), result["parameters"], result_path, checkpoint)
+    saved, history, done = meta["history"], result["history"], result["epochs_done"]
+    # fit saves the checkpoint just before on_epoch rewrites result.json: a run killed between the two has a
+    # checkpoint one epoch ahead; a finished result and a checkpoint left beside it hold the same epochs
+    allowed = (done,) if result["finished"] else (done, done + 1)
+    if len(saved) not in allowed:
+        problems.append(f"epochs_done: {result_path} {'finished after ' if result['finished'] else ''}{done}, "
+                        f"{checkpoint} holds {len(saved)} epochs")
+    for i, (ours, theirs) in enumerate(zip(history, saved)):
+        for key in sorted(set(ours) | set(theirs)):
+            if ours.get(key) != theirs.get(key):
+                problems.append(f"history[{i}].{key} (epoch {i + 1}): {result_path} {ours.get(key)!r}, "
+                                f"{checkpoint} {theirs.get(key)!r}")
+    return problems
+
+
+# The lines an executed experiment notebook prints at its end (its last cells), the record of what actually ran:
+# "final test error after 120 epochs on 60,000 images: EBP-P 3.24%, EBP-D 4.32% (protocol: paper, finished: True)",
+# and the table of errors after every epoch, "epoch  test EBP-P  test EBP-D  train EBP-P  train EBP-D" and a row
+# per epoch.
+FINAL_LINE = re.compile(r"final test error after (?P<epochs>\d+) epochs on (?P<images>[\d,]+) images: "
+                        r"EBP-P (?P<p>[\d.]+)%, EBP-D (?P<d>[\d.]+)% \(protocol: (?P<protocol>[\w-]+), "
+                        r"finished: (?P<finished>True|False)\)")
+TABLE_HEADER = re.compile(r"^\s*epoch\s+test EBP-P\s+test EBP-D\s+train EBP-P\s+train EBP-D\s*$")
+
+
+def printed_lines(notebook: dict) -> list[str]:
+    """Every line the code cells of an executed notebook (nbformat JSON) printed to stdout, in order."""
+    lines = []
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            if output.get("output_type") == "stream" and output.get("name") == "stdout":
+                text = output.get("text", "")
+                lines += ("".join(text) if isinstance(text, list) else str(text)).splitlines()
+    return lines
+
+
+def percent(value) -> str:
+    """An error rate as the experiment notebook prints it: 0.0324 -> '3.24'."""
+    return "nan" if value is None else f"{100 * value:.2f}"
+
+
+def notebook_problems(result: dict, notebook: dict, result_path, notebook_path) -> list[str]:
+    """Whatever a finished run record (`result_path`) and its executed notebook (`notebook_path`, parsed) disagree
+    on: the final line it printed (epochs, training images, both final test errors, protocol), its table of errors
+    after every epoch (all four, to the two decimals printed), and the parameters papermill gave it. Each problem
+    names the field and both files."""
+    lines = printed_lines(notebook)
+    finals = [m for m in map(FINAL_LINE.search, lines) if m]
+    if not finals:
+        return [f"final: {notebook_path} printed no final line ('final test error after ...'): the notebook did "
+                f"not finish this run"]
+    m, final = finals[-1], result["final"] or {}
+    printed = {"epochs_done": (m["epochs"], str(result["epochs_done"])),
+               "n_train_images": (m["images"].replace(",", ""), str(result["n_train_images"])),
+               "final.test_ebp_p": (m["p"], percent(final.get("test_ebp_p"))),
+               "final.test_ebp_d": (m["d"], percent(final.get("test_ebp_d"))),
+               "protocol": (m["protocol"], result["protocol"]),
+               "finished": (m["finished"] == "True", result["finished"])}
+    problems = [f"{name}: {result_path} {ours!r}, {notebook_path} printed {theirs!r}"
+                for name, (theirs, ours) in printed.items() if theirs != ours]
+    header = next((i for i, line in enumerate(lines) if TABLE_HEADER.match(line)), None)
+    if header is not None:
+        rows = [line.split() for line in lines[header + 1:header + 1 + len(result["history"]) + 1]]
+        rows = [row for row in rows if len(row) == 5 and row[0].isdigit()]
+        if len(rows) != len(result["history"]):
+            problems.append(f"history: {result_path} holds {len(result['history'])} epochs, {notebook_path} "
+                            f"printed {len(rows)}")
+        for i, (entry, row) in enumerate(zip(result["history"], rows)):
+            for key, text in zip(("epoch",) + HISTORY_ERRORS["ebp"], row):
+                ours = str(entry["epoch"]) if key == "epoch" else percent(entry[key])
+                if ours != text:
+                    problems.append(f"history[{i}].{key} (epoch {i + 1}): {result_path} {ours}, {notebook_path} "
+                                    f"printed {text}")
+    given = notebook.get("metadata", {}).get("papermill", {}).get("parameters") or {}
+    given = {k: v for k, v in given.items() if k != "output_dir"}
+    try:
+        ran = validate_parameters({**result["parameters"], **given})
+    except ParameterError as err:
+        return problems + [f"parameters: {notebook_path} was given invalid parameters ({err})"]
+    problems += [f"parameters.{k}: {result_path} {result['parameters'][k]!r}, {notebook_path} ran with {ran[k]!r}"
+                 for k in given if ran[k] != result["parameters"][k]]
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A finished run is never trained over: the check the runner and the experiment notebook share
+# ----------------------------------------------------------------------------------------------------------
+
+class FinishedRunError(RuntimeError):
+    """The output folder holds a finished run: of other parameters (training would replace it), or of these
+    (there is nothing to do)."""
+
+
+def differences(saved: dict, wanted: dict) -> str:
+    """'epochs: 120 there, 1 here; n_train: None there, 1000 here' for the parameters (output folder aside) in
+    which a folder's run `saved` and the one asked for, `wanted`, differ."""
+    return "; ".join(f"{k}: {saved.get(k)!r} there, {wanted.get(k)!r} here" for k in DEFAULT_PARAMETERS
+                     if k != "output_dir" and saved.get(k) != wanted.get(k))
+
+
+def finished_run(out, result: dict | None, params: dict) -> tuple[str, str] | None:
+    """What a folder `out` holding the run record `result` means for a run of `params`: None if it holds no
+    finished run; ('finished', why) if a finished run of these parameters (nothing to do); ('stale', why) if a
+    finished run of other parameters, which training would replace (refused, naming the differing parameters)."""
+    if result is None or not result["finished"]:
+        return None
+    if same_configuration(result["parameters"], params):
+        final = result["final"]
+        return "finished", (f"{out} already holds this run, finished after {result['epochs_done']} epochs (EBP-P "
+                            f"{percent(final['test_ebp_p'])}%, EBP-D {percent(final['test_ebp_d'])}%): nothing "
+                            f"to do; move that folder away to train the run again")
+    return "stale", (f"{out} holds a finished run of other parameters ({differences(result['parameters'], params)}"
+                     f"); refusing to train over it: choose another output folder, or move that one away")
+
+
+def check_output_dir(out, params: dict) -> None:
+    """Refuse, before any work, to train `params` into folder `out` when it holds a finished run (finished_run):
+    FinishedRunError naming the folder and the parameters that differ, or saying there is nothing to do. An
+    unreadable result.json is refused too (RecordError naming it). The experiment notebook calls this after
+    locking its folder; the runner reaches the same verdict through job_state."""
+    try:
+        result = read_record(Path(out) / RESULT_FILE)
+    except FileNotFoundError:
+        return
+    verdict = finished_run(out, result, params)
+    if verdict is not None:
+        raise FinishedRunError(verdict[1])
+
+
+@dataclass
+class RunState:
+    """What a run's folder holds: state is new, partial, finished, stale (a finished run of other parameters,
+    left alone), corrupt (an unreadable checkpoint or result.json: `files`) or inconsistent (result.json disagrees
+    with itself, its checkpoint or its executed notebook: `problems`, each naming its field, and `files`);
+    epochs done."""
+    state: str
+    epochs: int = 0
+    problems: list = field(default_factory=list)
+    files: list = field(default_factory=list)
+
+
+def read_notebook(path) -> dict | None:
+    """An executed notebook as JSON, or None if there is none or it cannot be parsed."""
+    try:
+        return json.loads(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def job_state(job: dict) -> RunState:
+    """The state of a job's output folder (reads result.json, the whole checkpoint and the executed notebook,
+    never writes). A finished result is checked against the checkpoint beside it, if any, and against the final
+    lines its executed notebook printed: any disagreement makes the run inconsistent, never finished."""
+    out = Path(job["output_dir"])
+    result_path, checkpoint, executed = out / RESULT_FILE, out / CHECKPOINT_FILE, out / EXECUTED_FILE
+    result = meta = None
+    corrupt = []
+    try:
+        result = read_record(result_path)
+    except FileNotFoundError:
+        pass
+    except RecordError as err:
+        corrupt.append((result_path, str(err)))
+    if checkpoint.exists():
+        try:
+            meta = checkpoint_meta(checkpoint)
+        except ebp_checkpoint.CheckpointError as err:
+            corrupt.append((checkpoint, str(err)))
+    if corrupt:
+        return RunState("corrupt", 0, [why for _, why in corrupt], [path for path, _ in corrupt])
+    # each problem names its field and the files by name (RESULT_FILE, ...); RunState.files gives their paths
+    problems, files = [], set()
+    if result is not None:
+        own = [f"{RESULT_FILE}: {problem}" for problem in ebp_record_problems(result)]
+        problems += own
+        files |= {result_path} if own else set()
+    if meta is not None:
+        mine = parameter_problems(checkpoint_settings(meta), job["parameters"], "these parameters", CHECKPOINT_FILE)
+        if result is not None and not problems:  # a record at odds with itself is compared no further
+            mine += checkpoint_problems(result, meta, RESULT_FILE, CHECKPOINT_FILE)
+        problems += mine
+        files |= {checkpoint, *([result_path] if result is not None else [])} if mine else set()
+    if result is not None and result["finished"] and not problems:
+        notebook = read_notebook(executed)
+        if notebook is not None:
+            theirs = notebook_problems(result, notebook, RESULT_FILE, EXECUTED_FILE)
+            problems += theirs
+            files |= {result_path, executed} if theirs else set()
+    if problems:
+        return RunState("inconsistent", 0, problems, sorted(files, key=[result_path, checkpoint, executed].index))
+    verdict = finished_run(out, result, job["parameters"])
+    if verdict is not None:
+        state, why = verdict
+        return RunState(state, result["epochs_done"], [] if state == "finished" else [why],
+                        [] if state == "finished" else [result_path])
+    if meta is not None:
+        return RunState("partial", len(meta["history"]))
+    return RunState("new")
+
+
+def move_aside(path, why: str = "corrupt") -> Path:
+    """Rename a file to <name>.<why>-<UTC time> beside it (kept for inspection, never deleted); the new path."""
+    path = Path(path)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.{why}-{stamp}")
+    os.replace(path, target)
+    return target
+
+
+def remove_temporaries(out) -> list[Path]:
+    """Delete what an interrupted writer left in a run's folder (call it holding the folder's lock): the
+    temporaries of write_atomically, ebp_lib.save_network and run_job's notebook."""
+    out = Path(out)
+    leftovers = [p for pattern in (".*.tmp", f"{CHECKPOINT_FILE}.tmp.npz", ".experiment-*.tmp.ipynb")
+                 for p in out.glob(pattern)]
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers

@@ -1,0 +1,153 @@
+"""The paper's Tables 2-4 as data, and the jobs that reproduce them.
+
+Every number of the three tables is a row of paper_tables.csv (beside this file): table, row (e.g. B-EBP-P),
+column (e.g. 200, [200,200], 144), the paper's error, the output it reads (ebp_p or ebp_d), and the configuration
+that reproduces it. EBP-P and EBP-D come from the same trained network, so the two rows of one configuration share
+a run id: the 100 cells are 50 runs. select_rows picks rows as the command line asks; make_jobs turns them into
+one job per run and seed, which reproduction.runner executes.
+"""
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import ebp_data
+from reproduction.folder import RUNS_DIR, results_folder, run_key
+from reproduction.parameters import (
+    DROPOUT_READINGS,
+    MASK_READINGS,
+    NOTEBOOK,
+    PROFILES,
+    WEIGHTS,
+    check_dataset,
+    validate_parameters,
+)
+
+TABLES_CSV = Path(__file__).with_name("paper_tables.csv")
+
+TABLE_TITLES = {2: "Table 2: 1D input, no dropout", 3: "Table 3: 1D input, dropout p = 0.8",
+                4: "Table 4: spatial filtering (local receptive fields), no dropout"}
+ROW_LABELS = ("B-EBP-P", "B-EBP-D", "R-EBP-P", "R-EBP-D")
+
+
+def read_paper_tables(path=TABLES_CSV) -> list[dict]:
+    """The rows of paper_tables.csv, read on every call (never at import): table, row (e.g. B-EBP-P), column
+    (e.g. 200, [200,200], 144), paper_error (percent), output (ebp_p/ebp_d), run_id, dataset, architecture,
+    weights, dropout, keep."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row["table"], row["paper_error"] = int(row["table"]), float(row["paper_error"])
+        row["keep"] = float(row["keep"]) if row["keep"] else None
+    return rows
+
+
+def table_runs(rows: list[dict] | None = None, reading: str = "analytic") -> list[dict]:
+    """One entry per run among the table rows `rows` (default: all of them; EBP-P and EBP-D share a run), in
+    table order: run_id, key (the run's folder name), table, column, dataset, architecture (a paper name),
+    weights, dropout (None or `reading`), keep, and the table cells it fills."""
+    if reading not in DROPOUT_READINGS:
+        raise ValueError(f"unknown dropout reading {reading!r}; choose one of {', '.join(DROPOUT_READINGS)}")
+    runs = {}
+    for row in read_paper_tables() if rows is None else rows:
+        cell = f"Table {row['table']} {row['row']} {row['column']}"
+        if row["run_id"] in runs:
+            runs[row["run_id"]]["cells"].append(cell)
+            continue
+        dropout = reading if row["dropout"] == "yes" else None
+        runs[row["run_id"]] = {
+            "run_id": row["run_id"], "key": run_key(row["run_id"], dropout), "table": row["table"],
+            "column": row["column"], "dataset": row["dataset"], "architecture": row["architecture"],
+            "weights": row["weights"], "dropout": dropout, "keep": row["keep"] or 0.8, "cells": [cell]}
+    return list(runs.values())
+
+
+def _column_key(label: str) -> str:
+    """'[200,200]', '200-200' and '200,200' all name the same column."""
+    return label.strip().strip("[]").replace(" ", "").replace("-", ",")
+
+
+def select_rows(rows: list[dict], tables=None, columns=None, run_ids=None, weights=None) -> list[dict]:
+    """The table rows matching every filter given (None = no filter). Unknown values raise ValueError,
+    naming what exists, so a typo never selects nothing silently."""
+    def check(asked, known, what):
+        unknown = [a for a in asked if a not in known]
+        if unknown:
+            raise ValueError(f"unknown {what} {', '.join(map(str, unknown))}; known: {', '.join(map(str, known))}")
+
+    out = rows
+    if tables:
+        check([int(t) for t in tables], sorted({r["table"] for r in rows}), "table")
+        out = [r for r in out if r["table"] in {int(t) for t in tables}]
+    if columns:
+        wanted = {_column_key(c) for c in columns}
+        check(sorted(wanted), sorted({_column_key(r["column"]) for r in rows}, key=lambda c: (len(c), c)), "column")
+        out = [r for r in out if _column_key(r["column"]) in wanted]
+    if run_ids:
+        known = {r["run_id"] for r in rows}
+        aliases = {f"{r['run_id']}-{reading}": r["run_id"] for r in rows if r["dropout"] == "yes"
+                   for reading in DROPOUT_READINGS}  # the folder names of dropout runs work too
+        aliases.update({f"{r['run_id']}-held": r["run_id"] for r in rows if r["table"] == 4})  # and held ones
+        check([i for i in run_ids if i not in aliases], sorted(known), "run id")
+        wanted = {aliases.get(i, i) for i in run_ids}
+        out = [r for r in out if r["run_id"] in wanted]
+    if weights:
+        check(list(weights), list(WEIGHTS), "weight type")
+        out = [r for r in out if r["weights"] in weights]
+    return out
+
+
+def dataset_rows(rows: list[dict], dataset: str) -> list[dict]:
+    """The table rows (read_paper_tables) with their data set replaced by `dataset`: the same runs, trained on
+    another data set. The paper's numbers are MNIST's, so on another data set a row has no paper_error (None)."""
+    check_dataset(dataset)
+    return [{**row, "dataset": dataset, "paper_error": row["paper_error"] if row["dataset"] == dataset else None}
+            for row in rows]
+
+
+def check_mask_reading(rows: list[dict], mask_reading: str) -> None:
+    """The held mask reading exists for Table 4 only (the other tables' networks have no masks): ValueError,
+    saying what to select, if `rows` hold cells of other tables."""
+    if mask_reading not in MASK_READINGS:
+        raise ValueError(f"unknown mask reading {mask_reading!r}; choose one of {', '.join(MASK_READINGS)}")
+    others = sorted({r["table"] for r in rows} - {4})
+    if mask_reading == "held" and others:
+        raise ValueError(f"the held mask reading applies to Table 4 (spatial filtering) only, but the selection "
+                         f"holds runs of Table {', '.join(map(str, others))}, whose layers have no masks: "
+                         f"select --table 4")
+
+
+def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs_dir=RUNS_DIR,
+              seeds=(0,), data_dir=None, mask_reading: str = "absent", dataset: str | None = None) -> list[dict]:
+    """One job per run among `rows` and seed (EBP-P and EBP-D rows share a run), in table order, seeds inner.
+
+    `profile` is a name in PROFILES or a dict like them (tests use tiny custom ones). The data folder (`data_dir`,
+    else $EBP_DATA_DIR if set) travels inside the job (`env`), so that workers on other machines or started
+    from other shells read the same files. `mask_reading` "held" (Table 4 rows only: check_mask_reading) trains
+    the spatial layers with the paper's non-connected weights held at h = 0, into folders ending in -held.
+    `dataset` (None: the rows' own, MNIST) trains the same runs on another data set, into
+    <runs_dir>/<results_folder(profile, dataset)>/<run>/ (e.g. paper-fashion-mnist/binary-200).
+    """
+    check_mask_reading(rows, mask_reading)
+    if dataset is not None:
+        rows = dataset_rows(rows, dataset)
+    profile = PROFILES[profile] if isinstance(profile, str) else profile
+    data_dir = data_dir or os.environ.get(ebp_data.DATA_ENV_VAR)
+    env = {ebp_data.DATA_ENV_VAR: str(Path(data_dir).resolve())} if data_dir else {}
+    jobs = []
+    for run in table_runs(rows, reading):
+        for seed in seeds:
+            key = run_key(run["run_id"], run["dropout"], seed, mask_reading)
+            out = Path(runs_dir) / results_folder(profile["name"], run["dataset"]) / key
+            params = validate_parameters({
+                "dataset": run["dataset"], "architecture": run["architecture"], "weights": run["weights"],
+                "mask_reading": mask_reading,
+                "dropout": run["dropout"], "keep": run["keep"], "epochs": profile["epochs"],
+                "batch_size": profile["batch_size"], "seed": seed, "n_train": profile["n_train"],
+                "output_dir": os.path.relpath(out, NOTEBOOK.parent)})
+            jobs.append({"key": key, "run_id": run["run_id"], "seed": seed, "profile": profile["name"],
+                         "dataset": run["dataset"],
+                         "output_dir": str(out.resolve()), "notebook": str(NOTEBOOK), "parameters": params,
+                         "rows": list(run["cells"]), "env": dict(env)})
+    return jobs

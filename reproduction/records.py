@@ -1,0 +1,297 @@
+"""Records of where and with what something ran, the run records (result.json), and the one way files are written.
+
+Every record the reproduction writes says which machine, packages and code produced it (machine_record,
+git_state), and every file it writes is written whole or not at all (write_atomically): a reader, or a runner
+polling a result.json, never sees half a file. The runner, the experiment notebook, the backprop baseline and
+the scripts (benchmark, portability, binary inference, EBP-D gap) all use these functions.
+
+A run's result.json, of every method (EBP runs, the backprop baseline), is a run record: one versioned format
+(RECORD_FORMAT, RECORD_FIELDS), one writer (write_record), one reader (read_record), and one upgrader for older
+formats (upgrade_record). Each method's module holds what its records' fields must agree on
+(reproduction.folder.ebp_record_problems, reproduction.backprop.record_problems), through record_problems here.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import io
+import json
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]  # the repository: git_state's default and the runs' home
+
+PACKAGES = ("numpy", "scipy", "numba", "matplotlib", "papermill", "ipykernel")  # the versions a run records
+
+
+def package_versions(names=PACKAGES) -> dict:
+    """{"python": version, package: version or None} for the packages `names`."""
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def cpu_model() -> str:
+    """The processor's name (float32 sums in the compiled engine depend on its vector width)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_state(root=REPO, paths=(".", ":(exclude)outputs")) -> dict:
+    """The commit checked out in `root` and whether tracked files among `paths` (default: all code, outputs/
+    not counted) differ from it: git_commit, git_dirty, git_changed (up to 20 paths). Without a git checkout
+    (a copy of the tree on another machine) the commit is $EBP_GIT_COMMIT if set."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    unknown = {"git_commit": os.environ.get("EBP_GIT_COMMIT"), "git_dirty": None}
+    try:
+        head = git("rev-parse", "HEAD")
+        status = git("status", "--porcelain", "--untracked-files=no", "--", *paths)
+    except (OSError, subprocess.SubprocessError):
+        return unknown
+    if head.returncode != 0:
+        return unknown
+    changed = [line[3:] for line in status.stdout.splitlines()]
+    return {"git_commit": head.stdout.strip(), "git_dirty": bool(changed), "git_changed": changed[:20]}
+
+
+def machine_record(packages=("numpy", "scipy", "numba"), git_paths=(".", ":(exclude)outputs")) -> dict:
+    """Where and with what something ran: CPU model and cores, platform, Python and `packages` versions, the BLAS
+    libraries loaded (threadpoolctl), the UTC date, and the git state of `git_paths` (git_state)."""
+    from threadpoolctl import threadpool_info
+
+    return {"cpu_model": cpu_model(), "cores": os.cpu_count(), **package_versions(packages),
+            "blas": [{k: i.get(k) for k in ("internal_api", "version", "num_threads")} for i in threadpool_info()
+                     if i.get("user_api") == "blas"],
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "platform": platform.platform(), **git_state(REPO, git_paths)}
+
+
+def write_atomically(path, data: bytes | str) -> None:
+    """Write `data` to `path` so that a reader only ever sees the old file or the complete new one: write a
+    temporary beside it, then rename. On failure (a full disk, a read-only folder) the temporary is removed,
+    the old file stays, and the OSError keeps its errno and names `path`."""
+    path = Path(path)
+    data = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise OSError(err.errno, f"could not write {path}: {err.strerror or err}") from err
+
+
+def write_json(path, data: dict) -> None:
+    """write_atomically, as indented JSON (the runner may read result.json at any moment)."""
+    write_atomically(path, json.dumps(data, indent=1) + "\n")
+
+
+def save_figure(fig, path, **savefig_kwargs) -> None:
+    """fig.savefig(path) through write_atomically (a full disk never leaves half an image)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix[1:], **savefig_kwargs)
+    write_atomically(path, buffer.getvalue())
+
+
+def describe_error(err: BaseException, path=None) -> str:
+    """One message for a failure: a notebook's exception as 'Name: value', an OSError with its errno and the
+    file (`path` when the error itself names none: a failed write reports only 'No space left on device')."""
+    if hasattr(err, "ename"):  # papermill's PapermillExecutionError: the notebook's own exception
+        return f"{err.ename}: {err.evalue}"
+    text = f"{type(err).__name__}: {err}"
+    if isinstance(err, OSError) and not err.filename and path is not None and str(path) not in text:
+        text += f" (while writing {path})"
+    return text
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Run records: result.json of every kind of run, one writer (write_record), one reader (read_record)
+# ----------------------------------------------------------------------------------------------------------
+
+RECORD_FORMAT = 2  # the version of result.json that write_record writes and every reader receives
+METHODS = ("ebp", "backprop")  # EBP runs (reproduction.folder.EpochRecorder) and the backprop baseline
+HISTORY_ERRORS = {"ebp": ("test_ebp_p", "test_ebp_d", "train_ebp_p", "train_ebp_d"),
+                  "backprop": ("test_error", "validation_error", "train_error")}
+
+_NUMBER, _NONE = (int, float), type(None)
+# Every field of a record, with its type, per method; a record missing one or holding another type is unreadable.
+RECORD_FIELDS = {
+    "ebp": {"format": int, "method": str, "parameters": dict, "protocol": str, "finished": bool,
+            "epochs_done": int, "n_train_images": int, "train_error_images": int, "final": (dict, _NONE),
+            "history": list, "train_seconds": _NUMBER, "wall_seconds": _NUMBER, "engine": str, "versions": dict,
+            "git_commit": (str, _NONE), "git_dirty": (bool, _NONE), "sessions": list},
+    "backprop": {"format": int, "method": str, "parameters": dict, "protocol": str, "protocol_description": str,
+                 "finished": bool, "phase": str, "grid": dict, "epochs_done": int, "best_epoch": (int, _NONE),
+                 "stopped_early": bool, "n_train_images": int, "n_validation_images": int, "final": (dict, _NONE),
+                 "history": list, "train_seconds": _NUMBER, "git_commit": (str, _NONE), "git_dirty": (bool, _NONE),
+                 "versions": dict, "sessions": list},
+}
+# What every session (one start or resumption of a run) records, per method: the runner's progress reads them.
+SESSION_FIELDS = {"ebp": {"from_epoch": int, "to_epoch": int, "wall_seconds": _NUMBER, "seconds_per_epoch": _NUMBER},
+                  "backprop": {"to_epoch": int, "wall_seconds": _NUMBER}}
+
+
+class RecordError(ValueError):
+    """A result.json that cannot be read as a run record: not JSON, an unknown format, or a field missing or of
+    the wrong type. The message names the file and the field."""
+
+
+def _type_ok(value, kind) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:  # True is an int to Python, not to a record
+        return False
+    return isinstance(value, kinds)
+
+
+def upgrade_record(data: dict) -> dict:
+    """A record of an older format as the current one (RECORD_FORMAT); records of the current format unchanged.
+    The only place that knows older formats: every reader gets the current one (read_record), and
+    `python -m reproduction.results upgrade FILE...` rewrites files once (upgrade_files).
+
+    Format 1 (EBP runs only; written before a record named its method): gains method "ebp", and parameters without
+    a mask_reading gain mask_reading "absent", the only reading there was when they ran (placed after `weights`, as
+    the experiment's parameters are ordered)."""
+    if data.get("format") == 1 and data.get("method", "ebp") == "ebp":
+        data = {"format": RECORD_FORMAT, "method": "ebp", **{k: v for k, v in data.items() if k not in ("format",
+                                                                                                    "method")}}
+        params = data.get("parameters")
+        if isinstance(params, dict) and "mask_reading" not in params:
+            items = list(params.items())
+            at = next((i + 1 for i, (k, _) in enumerate(items) if k == "weights"), len(items))
+            data["parameters"] = dict(items[:at] + [("mask_reading", "absent")] + items[at:])
+    return data
+
+
+def check_record_fields(data, where) -> dict:
+    """`data` (a parsed result.json, upgraded) if it has every field of its method's record with the right type,
+    else RecordError naming `where` and the field."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: not a run record (a JSON {type(data).__name__}, not an object)")
+    if data.get("format") != RECORD_FORMAT:
+        raise RecordError(f"{where}: format {data.get('format')!r} is not a run record format this code reads "
+                          f"({RECORD_FORMAT}, or older ones upgrade_record knows)")
+    method = data.get("method")
+    if method not in METHODS:
+        raise RecordError(f"{where}: method {method!r} is not one of {', '.join(METHODS)}")
+    for name, kind in RECORD_FIELDS[method].items():
+        if name not in data:
+            raise RecordError(f"{where}: field {name} is missing")
+        if not _type_ok(data[name], kind):
+            raise RecordError(f"{where}: field {name} is a {type(data[name]).__name__} ({data[name]!r:.60})")
+    for i, entry in enumerate(data["history"]):
+        if not isinstance(entry, dict) or not _type_ok(entry.get("epoch"), int):
+            raise RecordError(f"{where}: history[{i}] is not an epoch record")
+        for key in HISTORY_ERRORS[method]:
+            if not _type_ok(entry.get(key), (float, int, _NONE)):
+                raise RecordError(f"{where}: history[{i}].{key} is not a number ({entry.get(key)!r:.60})")
+    for i, session in enumerate(data["sessions"]):
+        for name, kind in SESSION_FIELDS[method].items():
+            if not isinstance(session, dict) or not _type_ok(session.get(name), kind):
+                raise RecordError(f"{where}: sessions[{i}].{name} is missing or not a number")
+    return data
+
+
+def parse_record(text: str | bytes, where) -> dict:
+    """A result.json's text as a record of the current format (upgraded if older), its fields checked
+    (check_record_fields); RecordError naming `where` if it is not one. Consistency between fields is
+    record_problems' job."""
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise RecordError(f"{where}: not JSON ({err})") from None
+    return check_record_fields(upgrade_record(data) if isinstance(data, dict) else data, where)
+
+
+def read_record(path) -> dict:
+    """The run record in file `path` (parse_record); RecordError naming the file if it cannot be read or is not
+    a record, FileNotFoundError if there is none."""
+    try:
+        text = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise RecordError(f"{path}: cannot be read ({err.strerror or err})") from None
+    return parse_record(text, path)
+
+
+def record_problems(data: dict, valid_parameters: dict, derived: dict, final: dict | None, final_source: str,
+                    planned_epochs: int, may_stop_early: bool) -> list[str]:
+    """Whatever disagrees within one record (of the current format, check_record_fields), given what its method
+    (reproduction.folder.ebp_record_problems, reproduction.backprop.record_problems) derives from it: its
+    parameters are not the complete, valid set `valid_parameters`; a field of `derived` (protocol, training
+    images, ...) says something else; the final errors are not `final` (those of `final_source`); epochs done,
+    their numbering, a finished run's epochs (`planned_epochs`, or at most that if it `may_stop_early`); an error
+    outside [0, 1]. Each problem names its field. Empty when the record is consistent."""
+    params = data["parameters"]
+    problems = [f"parameters.{k}: {params.get(k, '(missing)')!r}, normalised {v!r}"
+                for k, v in valid_parameters.items() if k not in params or params[k] != v]
+    problems += [f"{name}: {data[name]!r}, but its parameters give {value!r}"
+                 for name, value in derived.items() if data[name] != value]
+    history = data["history"]
+    if data["epochs_done"] != len(history):
+        problems.append(f"epochs_done: {data['epochs_done']}, but the history holds {len(history)} epochs")
+    numbers = [entry["epoch"] for entry in history]
+    if numbers != list(range(1, len(history) + 1)):
+        problems.append(f"history: epochs numbered {numbers[:5]}..., not 1..{len(history)}")
+    for i, entry in enumerate(history):
+        for key in HISTORY_ERRORS[data["method"]]:
+            if entry[key] is not None and not 0 <= entry[key] <= 1:
+                problems.append(f"history[{i}].{key}: {entry[key]!r} is not an error rate in [0, 1]")
+    if data["final"] != final:
+        ours, theirs = data["final"] or {}, final or {}
+        keys = [k for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)] or ["(all)"]
+        problems += [f"final.{k}: {ours.get(k)!r}, but the history's {final_source} has {theirs.get(k)!r}"
+                     for k in keys]
+    if data["finished"] and (len(history) > planned_epochs if may_stop_early else len(history) != planned_epochs):
+        problems.append(f"finished: true after {len(history)} of its {planned_epochs} epochs")
+    return problems
+
+
+def write_record(path, data: dict, problems) -> None:
+    """The one writer of run records: check `data` (its fields, and their consistency by its method's check
+    `problems`, e.g. reproduction.folder.ebp_record_problems) and write it whole (write_json). RecordError, naming
+    the file and the field, if the record is not one: a writer's bug, caught before the file."""
+    check_record_fields(data, path)
+    found = problems(data)
+    if found:
+        raise RecordError(f"{path}: refusing to write an inconsistent record: " + "; ".join(found))
+    write_json(path, data)
+
+
+def upgrade_files(paths, problems, echo=print) -> list[Path]:
+    """Rewrite each result.json among `paths` that is of an older format as the current one (upgrade_record), after
+    checking the upgraded record (`problems`: a record's consistency check, as for write_record); the files
+    already current are left as they are. Returns the rewritten paths."""
+    rewritten = []
+    for path in map(Path, paths):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and data.get("format") == RECORD_FORMAT:
+            continue
+        upgraded = check_record_fields(upgrade_record(data), path)
+        found = problems(upgraded)
+        if found:
+            raise RecordError(f"{path}: inconsistent after upgrading, left as it was: " + "; ".join(found))
+        write_json(path, upgraded)
+        rewritten.append(path)
+        echo(f"upgraded {path} to format {RECORD_FORMAT}")
+    return rewritten

@@ -1,0 +1,548 @@
+"""Running jobs: one job executes the experiment notebook with papermill; a batch runs jobs on a Dask cluster.
+
+run_job trains one run (a job of reproduction.paper_tables.make_jobs) by executing notebooks/experiment.ipynb
+into the run's folder, after locking and checking that folder (reproduction.folder). run_batch plans a batch
+(skipping finished runs, leaving inconsistent ones and finished runs of other parameters alone), runs the rest on
+local worker processes or an existing Dask cluster, with a timeout per run, shows progress, and survives Ctrl-C,
+SIGTERM and kills: rerunning the same batch resumes every run from its checkpoint. scripts/run_tables.py is the
+command line.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import ebp_lib
+from reproduction.folder import (
+    CHECKPOINT_FILE,
+    EXECUTED_FILE,
+    LOCK_FILE,
+    RESULT_FILE,
+    RunBusyError,
+    UnsafeLockError,
+    is_locked,
+    job_state,
+    move_aside,
+    open_output_dir,
+    read_result,
+    remove_temporaries,
+)
+from reproduction.parameters import (
+    FULL_TRAIN,
+    NOTEBOOK,
+    ParameterError,
+    architecture_layers,
+    same_configuration,
+    validate_parameters,
+)
+from reproduction.records import describe_error, write_atomically
+
+# Set to one thread in every notebook kernel: a batch runs one job per core.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def job_environment(job: dict):
+    """Set the job's environment (its data folder; one BLAS thread) for the notebook kernel it starts, and
+    restore the previous values afterwards (a worker thread may run other jobs later)."""
+    wanted = {**{var: "1" for var in THREAD_VARS}, **job.get("env", {})}
+    previous = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_job(job: dict) -> dict:
+    """Execute notebooks/experiment.ipynb for `job` into <output_dir>/experiment.ipynb with papermill.
+
+    Before any work: the parameters are validated, the folder is locked and checked (job_state: a finished run
+    is skipped, a finished run of other parameters (stale) and an inconsistent one are left alone, a corrupt
+    checkpoint or result.json is moved aside and the run restarts without it). The notebook is executed into a
+    temporary beside experiment.ipynb and renamed over it at the end, so a failed write (a full disk) never
+    replaces a good notebook with a truncated one. A finished run's checkpoint is deleted only once job_state has
+    found the result, the checkpoint and the executed notebook in agreement; a failed or inconsistent run keeps
+    it. Returns an outcome dict with status skipped, busy, stale, inconsistent, finished or failed (and `error`,
+    `notebook`, `note`, `files`).
+    """
+    out = Path(job["output_dir"])
+    executed = out / EXECUTED_FILE
+    start = time.time()
+    outcome = {"key": job["key"], "notebook": str(executed), "host": socket.gethostname()}
+
+    def failed(error):
+        return {**outcome, "status": "failed", "error": error, "seconds": time.time() - start}
+
+    try:
+        validate_parameters(job["parameters"])  # unknown or invalid parameters fail before any work
+    except ParameterError as err:
+        return failed(str(err))
+    try:
+        prepared = _prepare_folder(job)
+    except RunBusyError:
+        return {**outcome, "status": "busy", "error": "another process is training this run now"}
+    except UnsafeLockError as err:
+        return failed(str(err))
+    except OSError as err:  # a read-only or full folder: its path and errno
+        return failed(describe_error(err, out))
+    if prepared.get("status"):
+        return {**outcome, **prepared}
+    outcome.update(prepared)
+
+    import papermill
+
+    tmp = out / f".experiment-{os.getpid()}.tmp.ipynb"
+    error = None
+    try:
+        with job_environment(job):
+            papermill.execute_notebook(job["notebook"], str(tmp), parameters=job["parameters"],
+                                       kernel_name="python3", cwd=str(Path(job["notebook"]).parent),
+                                       progress_bar=False, log_output=False)
+    except Exception as err:
+        error = err
+    if getattr(error, "ename", None) == RunBusyError.__name__:  # lost a lock race: the winner's notebook stays
+        tmp.unlink(missing_ok=True)
+        return {**outcome, "status": "busy", "error": "another process is training this run now"}
+    if error is not None and not hasattr(error, "ename"):
+        # papermill itself failed (e.g. writing the notebook to a full disk): its temporary may be truncated
+        tmp.unlink(missing_ok=True)
+        kept = f"{executed} was kept as it was" if executed.exists() else "no notebook was kept"
+        return failed(f"{describe_error(error, tmp)}; the temporary was removed and {kept}")
+    # the notebook ran to its end or to a cell's exception: papermill wrote it completely
+    problem = _keep_notebook(tmp, executed, Path(job["notebook"]).parents[1])
+    if error is not None:
+        return failed(describe_error(error) + ("" if problem is None else f"; {problem}"))
+    if problem is not None:
+        return failed(problem)
+    state = job_state(job)  # the result, the checkpoint and the notebook just written, checked against each other
+    if state.state == "inconsistent":
+        return {**outcome, "status": "inconsistent", "error": "; ".join(state.problems),
+                "files": [str(f) for f in state.files], "seconds": time.time() - start}
+    if state.state != "finished":
+        return failed(f"the notebook ran but {out / RESULT_FILE} is not a finished run of these parameters "
+                      f"(the folder's state: {state.state})")
+    (out / CHECKPOINT_FILE).unlink(missing_ok=True)  # checked: it agrees with the finished result
+    (out / LOCK_FILE).unlink(missing_ok=True)  # released when the kernel ended; nothing to keep
+    result = read_result(out)
+    return {**outcome, "status": "finished", "epochs": result["epochs_done"], "final": result["final"],
+            "seconds": time.time() - start}
+
+
+def _prepare_folder(job: dict) -> dict:
+    """Holding the folder's lock: look again (another runner may have finished the run since the batch was
+    planned), clear leftover temporaries, move corrupt files aside. Returns a final outcome (status) or notes."""
+    out = Path(job["output_dir"])
+    path, lock = open_output_dir(out)
+    try:
+        state, notes = job_state(job), {}
+        if state.state == "corrupt":
+            moved = [f"{f} (unreadable) -> {move_aside(f).name}" for f in state.files]
+            lost_epochs = out / CHECKPOINT_FILE in state.files
+            state = job_state(job)  # what the folder holds without them
+            if lost_epochs and state.state == "new" and (out / RESULT_FILE).exists():
+                # the epochs of its unfinished result went with the checkpoint: the run restarts from epoch 0, and
+                # its progress must not show the old result's epochs until the first new one is written
+                moved.append(f"{out / RESULT_FILE} (its epochs were in that checkpoint) -> "
+                             f"{move_aside(out / RESULT_FILE, 'restarted').name}")
+            notes = {"note": "moved aside: " + ", ".join(moved)
+                     + ("" if state.state == "finished" else "; the run restarted without it")}
+        if state.state == "finished":
+            # job_state found the result, the checkpoint and the executed notebook in agreement: the checkpoint of
+            # a finished run has no further use
+            (out / CHECKPOINT_FILE).unlink(missing_ok=True)
+            return {"status": "skipped", "epochs": state.epochs, "final": read_result(out)["final"], **notes}
+        if state.state in ("inconsistent", "stale"):
+            return {"status": state.state, "error": "; ".join(state.problems), "files": [str(f) for f in state.files],
+                    **notes}
+        remove_temporaries(out)
+        return notes
+    finally:
+        lock.close()
+
+
+def _keep_notebook(tmp: Path, executed: Path, root: Path) -> str | None:
+    """Make papermill's finished temporary `tmp` the run's executed notebook, with papermill's absolute paths
+    made relative to the repository `root`; None if done, else what went wrong (the old notebook then stays
+    and the temporary is removed)."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(tmp, as_version=4)
+    except Exception as err:
+        tmp.unlink(missing_ok=True)
+        return f"papermill left no readable notebook ({type(err).__name__}: {err}); {executed} was not replaced"
+    meta = nb.metadata.get("papermill", {})
+    if meta.get("input_path") and Path(meta["input_path"]).is_relative_to(root):
+        meta["input_path"] = Path(meta["input_path"]).relative_to(root).as_posix()
+    meta["output_path"] = executed.relative_to(root).as_posix() if executed.is_relative_to(root) else str(executed)
+    text = nbformat.writes(nb)
+    try:
+        write_atomically(executed, text if text.endswith("\n") else text + "\n")
+    except OSError as err:
+        return describe_error(err)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return None
+
+
+def job_cost(job: dict) -> float:
+    """Relative cost of one epoch: images seen × weights (dense, as the engine multiplies dense matrices);
+    evaluation (10,000 test + up to 10,000 training images, forward only) counted at a third per image."""
+    sizes = ebp_lib.check_architecture(architecture_layers(job["parameters"]["architecture"]))
+    weights = sum(a * b for a, b in zip(sizes, sizes[1:]))
+    n = job["parameters"]["n_train"] or FULL_TRAIN
+    return weights * (n + (10000 + min(n, 10000)) / 3)
+
+
+def _progress(job: dict) -> tuple[int, float | None]:
+    """(epochs done, wall seconds per epoch in the current session) from the job's partial result.json."""
+    result = read_result(job["output_dir"])
+    if not result or not result["sessions"] or not same_configuration(result["parameters"], job["parameters"]):
+        return 0, None
+    session = result["sessions"][-1]
+    return result["epochs_done"], session["seconds_per_epoch"] if session["to_epoch"] > session["from_epoch"] else None
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration as a person reads it: '42 s', '17 min' or '2.5 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def status_line(elapsed: float, todo: list[dict], outcomes: dict, running: list[dict], workers: int) -> str:
+    """'[elapsed] k/n runs done (f failed) | running: key epoch e/E ... | about T left', counting only the
+    batch's runs to do (`todo`), not the ones skipped or busy at the start."""
+    keys = {job["key"] for job in todo}
+    done = {k: o for k, o in outcomes.items() if k in keys}
+    parts, rate_num, rate_den, remaining = [], 0.0, 0.0, 0.0
+    for job in running:
+        epochs, per_epoch = _progress(job)
+        parts.append(f"{job['key']} epoch {epochs}/{job['parameters']['epochs']}")
+        if per_epoch:
+            rate_num, rate_den = rate_num + per_epoch, rate_den + job_cost(job)
+    waiting = [j for j in todo if j["key"] not in done and j not in running]
+    failed = sum(1 for o in done.values() if o["status"] == "failed")
+    line = (f"[{format_seconds(elapsed):>6}] {len(done)}/{len(todo)} runs done"
+            f"{f' ({failed} failed)' if failed else ''} | running: {', '.join(parts) or '-'}")
+    if rate_den:
+        rate = rate_num / rate_den  # seconds per unit of job_cost, from the epochs seen so far
+        for job in running + waiting:
+            epochs, _ = _progress(job)
+            remaining += (job["parameters"]["epochs"] - epochs) * job_cost(job) * rate
+        line += f" | about {format_seconds(remaining / max(1, min(workers, len(running) + len(waiting))))} left"
+    return line
+
+
+def plan_batch(jobs: list[dict], echo=print) -> tuple[dict, list[dict]]:
+    """(outcomes of the jobs that need no run: skipped, busy, stale, inconsistent; the jobs to run). Planning
+    reads and never writes: a finished run's leftover checkpoint is removed by run_job, holding the folder's lock,
+    after checking it once more. Every decision is echoed, stale, corrupt and inconsistent ones with their files."""
+    outcomes, todo = {}, []
+    for job in jobs:
+        state, out = job_state(job), Path(job["output_dir"])
+        if state.state == "finished" and not (out / CHECKPOINT_FILE).exists():
+            outcomes[job["key"]] = {"key": job["key"], "status": "skipped", "epochs": state.epochs,
+                                    "final": read_result(out)["final"]}
+        elif is_locked(out):
+            outcomes[job["key"]] = {"key": job["key"], "status": "busy",
+                                    "error": "another process is training this run now"}
+        elif state.state in ("inconsistent", "stale"):
+            outcomes[job["key"]] = {"key": job["key"], "status": state.state,
+                                    "error": "; ".join(state.problems), "files": [str(f) for f in state.files]}
+            echo(f"  {job['key']}: {state.state}, left alone ({'; '.join(state.problems)}; files: "
+                 f"{', '.join(map(str, state.files))})")
+        else:
+            todo.append(job)
+            note = {"partial": f"resuming after epoch {state.epochs}", "new": "new",
+                    "finished": "finished; its checkpoint agrees with the result and will be removed",
+                    "corrupt": "unreadable " + ", ".join(map(str, state.files)) + ": it will be moved aside to "
+                               "<name>.corrupt-<time> and the run restarted without it"}[state.state]
+            echo(f"  {job['key']}: {note}")
+    count = lambda *statuses: sum(o["status"] in statuses for o in outcomes.values())  # noqa: E731
+    echo(f"{len(jobs)} runs selected: {count('skipped')} already finished (skipped), {count('busy')} busy "
+         f"elsewhere, {count('inconsistent', 'stale')} inconsistent or stale (left alone), {len(todo)} to run")
+    return outcomes, todo
+
+
+# What a worker of an existing cluster must manage before it is given a run: import this project (installed in
+# its environment, e.g. pip install -e <repository>) and papermill, and see the experiment notebook at the path
+# the jobs name (the repository at the same path as here). Sent as source to exec, which every worker can
+# unpickle: a function of this package would kill a worker that cannot import it, and leave its task waiting.
+WORKER_PROBE = """
+import os
+import papermill
+import reproduction.runner
+if not os.path.isfile({notebook!r}):
+    raise FileNotFoundError("no experiment notebook at {notebook}: the workers must see this repository at that path")
+"""
+WORKER_WAIT = 60.0  # seconds an existing cluster may go without a worker that can run the jobs before they fail
+
+
+class ClusterError(RuntimeError):
+    """No worker of the Dask cluster can run the jobs (none connected, or none can import the project)."""
+
+
+def _remote_workers(client, scheduler: str, notebook: str, worker_wait: float, echo) -> list[str]:
+    """The addresses of the workers of the cluster at `scheduler` that can run jobs (WORKER_PROBE), after waiting
+    up to `worker_wait` seconds for one to connect; the others are named with their error. ClusterError if none."""
+    try:
+        client.wait_for_workers(1, timeout=worker_wait)
+    except TimeoutError:
+        raise ClusterError(f"no Dask worker connected to the scheduler at {scheduler} within {worker_wait:.0f} s; "
+                           f"start one on a cluster machine: dask worker {scheduler}") from None
+    answers = client.run(exec, WORKER_PROBE.format(notebook=notebook), on_error="return")
+    good = [worker for worker, answer in answers.items() if not isinstance(answer, BaseException)]
+    bad = [f"{worker}: {describe_error(answer)}" for worker, answer in answers.items()
+           if isinstance(answer, BaseException)]
+    for line in bad:
+        echo(f"  Dask worker {line}: it is given no run")
+    if not good:
+        raise ClusterError(f"no Dask worker at {scheduler} can run this project ({'; '.join(bad)}); install it in "
+                           f"the workers' environment (pip install -e <repository>, the repository at the same path "
+                           f"as here) and restart them")
+    return good
+
+
+def _start_cluster(scheduler: str | None, n_workers: int, echo, notebook: str = str(NOTEBOOK),
+                   worker_wait: float = WORKER_WAIT):
+    """A Dask client: on the scheduler at `scheduler`, else on a new local cluster of `n_workers` processes,
+    one thread each. Returns (client, workers, close): the workers to send runs to (None: any), and close;
+    close(interrupted=True) stops the running jobs at once. ClusterError if no worker of `scheduler` can run the
+    experiment `notebook`."""
+    import logging
+
+    import distributed
+
+    if scheduler:
+        client = distributed.Client(scheduler, timeout=30)
+        echo(f"sending runs to the Dask cluster at {scheduler}")
+        try:
+            workers = _remote_workers(client, scheduler, notebook, worker_wait, echo)
+        except BaseException:
+            client.close()
+            raise
+
+        def close_remote(interrupted=False):
+            # a remote worker cannot be told to stop a running notebook: the jobs already running go on to
+            # their end (or until their workers are stopped); none of the queued ones starts
+            client.close()
+        return client, workers, close_remote
+    # The worker processes inherit an ignored SIGINT: Ctrl-C is the runner's to handle (it ends the workers and,
+    # with them, the notebook kernels, which exit when their parent dies).
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+    try:
+        cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                           memory_limit=0, dashboard_address=":0", silence_logs=logging.ERROR)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    client = distributed.Client(cluster)
+    client.run(_discard_stderr)
+    echo(f"running in {n_workers} local worker process(es)")
+
+    def close(interrupted=False):
+        if interrupted:  # now: a graceful close lets each worker finish its task for another 4 s or so
+            import multiprocessing
+
+            for process in multiprocessing.active_children():
+                if process.name.startswith("Dask Worker process"):
+                    process.terminate()
+        client.close()
+        cluster.close()
+    return client, None, close
+
+
+def _discard_stderr() -> None:
+    """In a local worker process: send its stderr, which the notebook kernels it starts inherit, to /dev/null.
+    Kernels log noise there ("Kernel is running over TCP without encryption"); a job's failure comes back in
+    its outcome and its executed notebook."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
+def _main_thread() -> bool:
+    """Whether this is the main thread (only it may install signal handlers)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_interrupt(signum, frame):
+    """SIGTERM handler: stop the batch as Ctrl-C does."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# A run's timeout (run_timeout): TIMEOUT_FACTOR times the wall time its remaining epochs should take at
+# SECONDS_PER_COST per unit of job_cost, plus TIMEOUT_BASE for starting a kernel, compiling the engine and loading
+# the data. SECONDS_PER_COST is about 4 times the median of the committed paper-profile runs (2.6e-10 s, their
+# wall_seconds per epoch over job_cost), so only a run that hangs or lost its worker reaches the timeout.
+SECONDS_PER_COST = 1e-9
+TIMEOUT_FACTOR = 5
+TIMEOUT_BASE = 900.0
+
+
+def run_timeout(job: dict) -> float:
+    """Seconds the runner waits for `job` once sent to a worker before failing it (run_batch's run_timeout
+    overrides it): a bound from its cost estimate, job_cost, for the epochs it has left."""
+    epochs_left = max(0, job["parameters"]["epochs"] - _progress(job)[0])
+    return TIMEOUT_BASE + TIMEOUT_FACTOR * epochs_left * job_cost(job) * SECONDS_PER_COST
+
+
+def _workers_alive(client, workers: list[str]) -> bool:
+    """Whether any of `workers` is still connected to the client's scheduler."""
+    try:
+        return bool(set(client.scheduler_info(n_workers=-1)["workers"]) & set(workers))
+    except Exception:
+        return False
+
+
+def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None = None,
+              progress_every: float = 30.0, echo=print, run_timeout_s: float | None = None,
+              worker_wait: float = WORKER_WAIT) -> list[dict]:
+    """Run `jobs`: finished ones are skipped, others resume from their checkpoint. Returns one outcome per
+    job (status skipped, busy, stale, inconsistent, finished, failed, or interrupted by Ctrl-C/SIGTERM), in job
+    order.
+
+    The jobs run on a Dask cluster: `n_jobs` local worker processes (default: the number of cores) on a
+    distributed.LocalCluster, or the existing cluster at `scheduler` (its workers must run this project's
+    environment, with this package installed, and see the repository and the data folder at the same paths;
+    the workers that cannot are named and given no run). At most `n_jobs` jobs are sent at once (on a cluster:
+    by default as many as its workers have threads), in table order. The runner never waits forever: a run
+    without an answer after its timeout (run_timeout, or `run_timeout_s` seconds) fails, as do the runs of a
+    cluster left without a usable worker for `worker_wait` seconds; the batch goes on.
+    """
+    outcomes, todo = plan_batch(jobs, echo)
+    if not todo:
+        return [outcomes[j["key"]] for j in jobs]
+    start, queue, running, last = time.time(), list(todo), {}, 0.0
+    handle_sigterm = _main_thread()
+    previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) if handle_sigterm else None
+    close, interrupted = None, False
+
+    def fail(job, error):
+        outcomes[job["key"]] = {"key": job["key"], "status": "failed", "error": error,
+                                "notebook": str(Path(job["output_dir"]) / EXECUTED_FILE)}
+        echo(f"  {job['key']}: failed ({error})")
+
+    try:
+        n_local = min(n_jobs or os.cpu_count() or 1, len(todo))
+        try:
+            client, workers, close = _start_cluster(scheduler, n_local, echo, todo[0]["notebook"], worker_wait)
+        except ClusterError as err:
+            for job in todo:
+                fail(job, str(err))
+            return [outcomes[j["key"]] for j in jobs]
+        if workers is None:
+            window = n_local
+        else:
+            threads = client.nthreads()
+            window = n_jobs or max(1, sum(threads.get(w, 0) for w in workers))
+        deadlines, lonely_since, checked = {}, None, 0.0
+        while queue or running:
+            changed = False
+            for future in [f for f in running if f.done()]:
+                job = running.pop(future)
+                try:
+                    outcome = future.result()
+                except Exception as err:
+                    outcome = {"key": job["key"], "status": "failed",
+                               "error": f"worker error: {describe_error(err)}",
+                               "notebook": str(Path(job["output_dir"]) / EXECUTED_FILE)}
+                outcomes[job["key"]] = outcome
+                changed = True
+                echo(f"  {job['key']}: {outcome['status']}" + (f" ({outcome['note']})" if outcome.get("note") else "")
+                     + (f" ({outcome['error']})" if outcome["status"] in ("failed", "inconsistent", "stale") else ""))
+            now = time.time()
+            for future in [f for f in running if now > deadlines[f][0]]:
+                job, limit = running.pop(future), deadlines[future][1]
+                future.cancel()
+                fail(job, f"no answer from its Dask worker within {format_seconds(limit)} (the timeout of this run, "
+                          f"from its cost estimate; --run-timeout changes it): the worker hung, died or was lost; "
+                          f"if it is still training, it holds the run's lock and a later batch resumes the run")
+                changed = True
+            if workers is not None and now - checked >= 5:  # an existing cluster: is anyone left to run them?
+                checked = now
+                alive = _workers_alive(client, workers)
+                lonely_since = None if alive else (lonely_since or now)
+                if lonely_since is not None and now - lonely_since >= worker_wait:
+                    why = (f"none of the Dask workers that could run it ({', '.join(workers)}) has been connected "
+                           f"to {scheduler} for {worker_wait:.0f} s: they died or left")
+                    for future in list(running):
+                        future.cancel()
+                        fail(running.pop(future), why)
+                    for job in queue:
+                        fail(job, why)
+                    queue, changed = [], True
+            while queue and len(running) < window:
+                job = queue.pop(0)
+                future = client.submit(run_job, job, pure=False, key=f"run-{job['key']}-{os.urandom(4).hex()}",
+                                       **({} if workers is None else {"workers": workers,
+                                                                      "allow_other_workers": False}))
+                limit = run_timeout_s or run_timeout(job)
+                running[future], deadlines[future] = job, (time.time() + limit, limit)
+            if changed or time.time() - last >= progress_every:
+                echo(status_line(time.time() - start, todo, outcomes, list(running.values()), window))
+                last = time.time()
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        interrupted = True
+        echo("interrupted: stopping the running jobs (their checkpoints are kept; rerun the same command to "
+             "resume)")
+        for job in todo:
+            outcomes.setdefault(job["key"], {"key": job["key"], "status": "interrupted",
+                                             "epochs": _progress(job)[0]})
+    finally:
+        if handle_sigterm:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+        if close is not None:
+            close(interrupted)
+    return [outcomes[j["key"]] for j in jobs]
+
+
+def exit_status(outcomes: list[dict]) -> int:
+    """130 if interrupted, 1 if a run failed or was left alone as inconsistent or stale, else 0 (skipped and
+    busy runs are not failures)."""
+    if any(o["status"] == "interrupted" for o in outcomes):
+        return 130
+    return 1 if any(o["status"] in ("failed", "inconsistent", "stale") for o in outcomes) else 0
+
+
+def summary(jobs: list[dict], outcomes: list[dict]) -> str:
+    """The end-of-batch report: one line per run, then every failure with the path of its notebook, and every
+    inconsistent run with its files."""
+    lines = [f"{'run':<32} {'status':<12} {'epochs':>6} {'EBP-P %':>8} {'EBP-D %':>8}  rows"]
+    for job, o in zip(jobs, outcomes):
+        final = o.get("final") or {}
+        p = f"{100 * final['test_ebp_p']:.2f}" if final else "-"
+        d = f"{100 * final['test_ebp_d']:.2f}" if final else "-"
+        lines.append(f"{job['key']:<32} {o['status']:<12} {o.get('epochs', '-')!s:>6} {p:>8} {d:>8}  "
+                     f"{'; '.join(job['rows'])}")
+    counts = {s: sum(o["status"] == s for o in outcomes) for s in
+              ("finished", "skipped", "failed", "inconsistent", "stale", "busy", "interrupted")}
+    lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "nothing to do")
+    for o in outcomes:
+        if o.get("note"):
+            lines.append(f"NOTE {o['key']}: {o['note']}")
+        if o["status"] == "failed":
+            error = str(o.get("error", "?")).replace("\n", "\n       ")
+            lines.append(f"FAILED {o['key']}: {error}\n       notebook: {o.get('notebook', '?')}")
+        if o["status"] == "inconsistent":
+            lines.append(f"INCONSISTENT {o['key']}: {o.get('error', '?')}\n       files: "
+                         f"{', '.join(o.get('files', []))}\n       none is touched: restore the result that "
+                         f"matches the others, or move the run's folder aside to retrain it")
+        if o["status"] == "stale":
+            lines.append(f"STALE {o['key']}: {o.get('error', '?')}")
+    return "\n".join(lines)

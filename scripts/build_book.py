@@ -1,0 +1,208 @@
+"""Build the notebooks and docs/maths.md as a static HTML book (Jupyter Book 1.x), offline.
+
+    python scripts/build_book.py [--out DIR]      (`make book`; DIR defaults to .cache/book)
+    python scripts/build_book.py --screenshot PAGE PNG
+        then a screenshot of one page in headless Chromium, scrolled to PAGE's #anchor if it has one
+        (outputs/book_screenshot.png is notebooks/04_binary_weights.html#how-the-posterior-sharpens)
+
+The book's configuration and reading order are book/_config.yml and book/_toc.yml; the source folder is the
+repository root, so every page is read where it lives. Notebooks are rendered from their committed outputs and
+never executed. Sphinx warnings are errors (a broken cross-reference or a missing image fails the build). After
+the build, every page is checked for a script, stylesheet, image or frame loaded from the web: the book must
+open with no network, MathJax included (it is served from the book's own _static/mathjax).
+Prints the path of the book's index.html.
+
+The browser helpers (open_chromium, wait_for_mathjax) are shared with tests/test_book.py. They run the system's
+Chromium through its ChromeDriver (Debian: apt-get install chromium chromium-driver) and never download a
+browser; Chromium is started with no background networking, so opening the book sends nothing off the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+DEFAULT_OUT = ROOT / ".cache" / "book"
+
+# An address that leaves the machine: a scheme other than file (http:, https:, ftp:, ...) or protocol-relative.
+_REMOTE = re.compile(r"^\s*(//|[a-z][a-z0-9+.-]*:)", re.IGNORECASE)
+_LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
+
+
+def jupyter_book_command() -> list[str]:
+    """The jupyter-book console script of this interpreter's environment."""
+    script = Path(sys.executable).with_name("jupyter-book")
+    if not script.exists():
+        raise SystemExit(f"{script} not found: install the pinned requirements (pip install -r requirements.txt)")
+    return [str(script)]
+
+
+def build(out: Path = DEFAULT_OUT) -> Path:
+    """Build the book under `out` (out/_build/html) and return the html folder; raise on a failed build."""
+    out = Path(out).resolve()
+    command = jupyter_book_command() + [
+        "build", "-W", "--keep-going",
+        "--config", str(BOOK / "_config.yml"), "--toc", str(BOOK / "_toc.yml"),
+        "--path-output", str(out), str(ROOT),
+    ]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"jupyter-book build failed (exit {result.returncode}):\n"
+                           f"{result.stdout[-6000:]}\n{result.stderr[-6000:]}")
+    html = out / "_build" / "html"
+    if not (html / "index.html").is_file():
+        raise RuntimeError(f"jupyter-book reported success but wrote no {html / 'index.html'}")
+    return html
+
+
+class _Assets(HTMLParser):
+    """Collects the addresses a page loads by itself: scripts, stylesheets and preloads, images, frames, media."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "link" and set(a.get("rel", "").lower().split()) & {
+                "stylesheet", "preload", "modulepreload", "icon", "shortcut", "prefetch", "manifest"}:
+            self.loaded.append((tag, a.get("href", "")))
+        elif tag in ("script", "img", "iframe", "source", "audio", "video", "embed") and "src" in a:
+            self.loaded.append((tag, a["src"]))
+        elif tag == "object" and "data" in a:
+            self.loaded.append((tag, a["data"]))
+
+
+def remote_assets(html_dir: Path) -> list[str]:
+    """'page: <tag> address' for every asset that a page of the book would fetch from the web."""
+    found = []
+    for page in sorted(Path(html_dir).rglob("*.html")):
+        parser = _Assets()
+        parser.feed(page.read_text(encoding="utf-8"))
+        for tag, address in parser.loaded:
+            if _REMOTE.match(address) and not address.strip().lower().startswith(_LOCAL_SCHEMES):
+                found.append(f"{page.relative_to(html_dir)}: <{tag}> {address}")
+    return found
+
+
+INSTALL_BROWSER = ("install Debian's Chromium and its driver: apt-get install chromium chromium-driver "
+                   "(or set EBP_CHROMIUM and EBP_CHROMEDRIVER to a Chromium and a matching ChromeDriver)")
+
+
+class BrowserMissing(RuntimeError):
+    """No Chromium or no ChromeDriver on this machine."""
+
+
+def chromium_paths() -> tuple[str, str]:
+    """(chromium, chromedriver): $EBP_CHROMIUM / $EBP_CHROMEDRIVER, else the first found on PATH."""
+    browser = os.environ.get("EBP_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = os.environ.get("EBP_CHROMEDRIVER") or shutil.which("chromedriver")
+    missing = [name for name, path in (("chromium", browser), ("chromedriver", driver))
+               if not path or not Path(path).is_file()]
+    if missing:
+        raise BrowserMissing(f"no {' and no '.join(missing)} found: {INSTALL_BROWSER}")
+    return browser, driver
+
+
+def open_chromium(profile_dir: Path, width: int = 1280, height: int = 900):
+    """A headless Chromium with a fresh profile in the empty folder profile_dir, driven by selenium through the
+    system ChromeDriver (Selenium Manager never runs: the driver's path is given). Its console is recorded
+    (driver.get_log("browser")). The caller quits it."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser, driver = chromium_paths()
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-quic", "--no-first-run", "--hide-scrollbars", f"--window-size={width},{height}",
+                 f"--user-data-dir={profile_dir}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    session = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+    session.set_script_timeout(120)
+    session.set_page_load_timeout(120)
+    return session
+
+
+def wait_for_mathjax(session) -> None:
+    """Wait until MathJax has typeset the loaded page; raise if the page has no MathJax."""
+    error = session.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "if (!window.MathJax || !window.MathJax.startup) { done('MathJax is not loaded on this page'); return; }"
+        "window.MathJax.startup.promise.then(() => done(null), (e) => done('MathJax failed: ' + e));")
+    if error:
+        raise RuntimeError(f"{session.current_url}: {error}")
+
+
+def screenshot(html_dir: Path, page: str, png: Path) -> Path:
+    """Open `page` (a path under html_dir, optionally with #anchor, scrolled to it) and save a PNG of the window."""
+    path, _, anchor = page.partition("#")
+    target = Path(html_dir).resolve() / path
+    if not target.is_file():
+        raise FileNotFoundError(target)
+    with tempfile.TemporaryDirectory(prefix="ebp-chromium-") as profile:
+        _screenshot(open_chromium(Path(profile), width=1400, height=1100), target, anchor, Path(png))
+    # A 256-colour palette keeps a page of text and plots sharp at a third of the size of the full-colour PNG.
+    from PIL import Image
+
+    with Image.open(png) as image:
+        image.convert("RGB").quantize(colors=256).save(png, optimize=True)
+    return Path(png)
+
+
+def _screenshot(session, target: Path, anchor: str, png: Path) -> None:
+    try:
+        # Scrolled by script once MathJax has typeset (typesetting moves the text), and loaded without the
+        # fragment, which the theme would highlight as the link's target.
+        session.get(target.as_uri())
+        wait_for_mathjax(session)
+        if anchor and not session.execute_script(
+                "const e = document.getElementById(arguments[0]); if (e) e.scrollIntoView(); return !!e;", anchor):
+            raise ValueError(f"{target} has no element with id {anchor!r}")
+        png.parent.mkdir(parents=True, exist_ok=True)
+        session.save_screenshot(str(png))
+    finally:
+        session.quit()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="build folder (default: .cache/book)")
+    parser.add_argument("--screenshot", nargs=2, metavar=("PAGE", "PNG"),
+                        help="after the build, save a screenshot of PAGE (relative to the html folder) as PNG")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        html = build(args.out)
+    except RuntimeError as error:
+        print(error, file=sys.stderr)
+        return 1
+    remote = remote_assets(html)
+    if remote:
+        print("the book loads assets from the web (it must open offline):\n  " + "\n  ".join(remote),
+              file=sys.stderr)
+        return 1
+    print(f"book built in {time.perf_counter() - start:.0f} s: {html / 'index.html'}")
+    if args.screenshot:
+        page, png = args.screenshot
+        try:
+            print(f"screenshot: {screenshot(html, page, Path(png))}")
+        except BrowserMissing as error:
+            print(error, file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The book (`make book`): the notebooks and docs/maths.md built offline as HTML, then read page by page in a
+real browser (headless Chromium).
+
+The browser checks need Chromium and ChromeDriver (Debian: apt-get install chromium chromium-driver). Without
+them they skip and say what to install, unless EBP_REQUIRE_BROWSER=1 (.ci/run sets it): then a missing browser
+fails. The book is built once per session into a temporary folder from the working tree's notebooks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+from urllib.request import url2pathname
+
+import pytest
+import yaml
+
+from scripts import build_book
+
+ROOT = Path(__file__).resolve().parents[1]
+
+REQUIRE_BROWSER = os.environ.get("EBP_REQUIRE_BROWSER", "") not in ("", "0")
+NUMBERED = re.compile(r"^\d\d_")
+# TeX that MathJax would have replaced: \( \) \[ \] delimiters, $...$ or $$, an environment.
+RAW_TEX = re.compile(r"\\[()\[\]]|\$\$|\$[^$\s][^$\n]*\$|\\begin\{")
+# Chrome's console lines for a resource that did not load.
+LOAD_FAILURE = re.compile(r"Failed to load resource|net::ERR_|blocked by CORS|Not allowed to load", re.I)
+
+
+def toc_pages() -> list[str]:
+    """The book's documents in reading order, as book/_toc.yml lists them (root first)."""
+    toc = yaml.safe_load((build_book.BOOK / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections", []))
+
+    for part in toc.get("parts", [{"chapters": toc.get("chapters", [])}]):
+        walk(part.get("chapters", []))
+    return pages
+
+
+PAGES = toc_pages()
+
+
+def source_of(page: str) -> Path:
+    matches = [p for p in (ROOT / f"{page}.ipynb", ROOT / f"{page}.md") if p.is_file()]
+    assert len(matches) == 1, f"{page}: expected one source file (.ipynb or .md), found {matches}"
+    return matches[0]
+
+
+def markdown_and_figures(page: str) -> tuple[str, int]:
+    """A page's markdown text (a notebook's markdown cells) and the number of figures its outputs hold."""
+    source = source_of(page)
+    if source.suffix == ".md":
+        return source.read_text(encoding="utf-8"), 0
+    cells = json.loads(source.read_text(encoding="utf-8"))["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    figures = sum(1 for c in cells for o in c.get("outputs", [])
+                  if {"image/png", "image/jpeg", "image/svg+xml"} & set(o.get("data", {})))
+    return text, figures
+
+
+def test_toc_lists_every_notebook_in_reading_order():
+    """Every notebook is in the book; 00-09 come first, in numeric order, then the reproduction notebooks."""
+    notebooks = sorted(f"notebooks/{p.stem}" for p in (ROOT / "notebooks").glob("*.ipynb"))
+    missing = [n for n in notebooks if n not in PAGES]
+    assert not missing, f"notebooks missing from book/_toc.yml: {missing}"
+    assert len(PAGES) == len(set(PAGES)), f"a page is listed twice in book/_toc.yml: {PAGES}"
+    for page in PAGES:
+        source_of(page)
+    in_book = [p for p in PAGES if p in notebooks]
+    numbered = [p for p in in_book if NUMBERED.match(Path(p).name)]
+    assert numbered == sorted(numbered) and len(numbered) >= 10, f"numbered notebooks out of order: {numbered}"
+    assert in_book[:len(numbered)] == numbered, f"a reproduction notebook comes before a numbered one: {in_book}"
+    assert "docs/maths" in PAGES
+
+
+def test_remote_assets_are_found(tmp_path):
+    """The offline check reports scripts, stylesheets and images from the web, and only those."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "page.html").write_text(
+        '<html><head><script src="../_static/local.js"></script>'
+        '<script src="https://cdn.example.org/mathjax/tex-chtml.js"></script>'
+        '<link rel="stylesheet" href="//fonts.example.org/font.css">'
+        '<link rel="next" href="https://example.org/next.html">'
+        '</head><body><img src="data:image/png;base64,AAAA"><img src="http://example.org/a.png">'
+        '<a href="https://example.org/paper">a link is not a load</a></body></html>')
+    found = build_book.remote_assets(tmp_path)
+    assert found == ["sub/page.html: <script> https://cdn.example.org/mathjax/tex-chtml.js",
+                     "sub/page.html: <link> //fonts.example.org/font.css",
+                     "sub/page.html: <img> http://example.org/a.png"]
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory) -> Path:
+    """The book built from the working tree by `make book` (Sphinx warnings are errors, a page that loads an
+    asset from the web fails it), in a temporary folder; by the build script where make is missing."""
+    out = tmp_path_factory.mktemp("book")
+    if shutil.which("make") is None:
+        return build_book.build(out)
+    # This interpreter's environment, taken as installed (-o: no pip install from a test); no make flags
+    # inherited from a make running the tests.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    result = subprocess.run(["make", "--no-print-directory", "-o", ".venv/.requirements-installed",
+                             f"PYTHON={sys.executable}", f"BOOK_OUT={out}", "book"],
+                            cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, f"make book failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return out / "_build" / "html"
+
+
+def test_book_is_built_offline(book):
+    """Every page exists and loads nothing from the web; MathJax is the book's own copy."""
+    assert build_book.remote_assets(book) == []
+    for page in PAGES:
+        html = (book / f"{page}.html").read_text(encoding="utf-8")
+        scripts = re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', html, re.I)
+        assert scripts, f"{page}.html loads no MathJax"
+        for src in scripts:
+            assert (book / page).parent.joinpath(src.split("?")[0]).resolve().is_file(), f"{page}.html: {src}"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    try:
+        build_book.chromium_paths()
+    except build_book.BrowserMissing as missing:
+        if REQUIRE_BROWSER:
+            pytest.fail(f"EBP_REQUIRE_BROWSER is set and {missing}")
+        pytest.skip(str(missing))
+    session = build_book.open_chromium(tmp_path_factory.mktemp("chromium-profile"))
+    yield session
+    session.quit()
+
+
+@cache
+def element_ids(path: Path) -> frozenset[str]:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return frozenset(re.findall(r'\b(?:id|name)="([^"]+)"', text))
+
+
+# One pass over the typeset page: everything the checks below need, read in the browser.
+READ_PAGE = r"""
+const article = document.querySelector('article') || document.body;
+const math = [...document.querySelectorAll('.math')];
+const visible = document.body.cloneNode(true);
+visible.querySelectorAll('script, style, pre, code, textarea, noscript, template, mjx-container')
+       .forEach((e) => e.remove());
+return {
+  math: math.length,
+  untypeset: math.filter((e) => !e.querySelector('mjx-container')).map((e) => e.textContent.slice(0, 80)),
+  typeset_in_article: article.querySelectorAll('mjx-container').length,
+  merror: [...document.querySelectorAll('mjx-merror')].map((e) => e.textContent.slice(0, 80)),
+  text: visible.textContent,
+  images: [...document.images].map((i) => ({src: i.src, ok: i.complete && i.naturalWidth > 0})),
+  figures: article.querySelectorAll('img').length,
+  links: [...document.querySelectorAll('a[href]')].map((a) => a.href),
+  nav: [...document.querySelectorAll('nav.bd-docs-nav a.reference')].map((a) => a.href),
+  fetched: performance.getEntriesByType('resource').map((e) => e.name),
+};
+"""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_in_browser(browser, book, page):
+    url = (book / f"{page}.html").as_uri()
+    browser.get(url)
+    build_book.wait_for_mathjax(browser)
+    seen = browser.execute_script(READ_PAGE)
+    console = browser.get_log("browser")
+    markdown, figures = markdown_and_figures(page)
+
+    # The maths is typeset: every math element holds MathJax output, none is a TeX error, no TeX is left
+    # in the text, and a page whose markdown has maths shows some.
+    assert not seen["untypeset"], f"math left untypeset: {seen['untypeset'][:5]}"
+    assert not seen["merror"], f"MathJax errors: {seen['merror'][:5]}"
+    raw = [seen["text"][max(0, m.start() - 40):m.end() + 40] for m in RAW_TEX.finditer(seen["text"])]
+    assert not raw, f"raw TeX in the visible text: {raw[:5]}"
+    if RAW_TEX.search(markdown):
+        assert seen["typeset_in_article"] > 0, "the page's markdown has maths but none is typeset"
+
+    # Every image loaded, and every figure of the notebook's outputs is on the page.
+    broken = [i["src"] for i in seen["images"] if not i["ok"]]
+    assert not broken, f"images that did not load: {broken}"
+    assert seen["figures"] >= figures, f"{figures} figures in the notebook, {seen['figures']} on the page"
+
+    # Every link into the book reaches a file of the book, and its anchor is on that page.
+    bad = []
+    for href in seen["links"]:
+        parts = urlsplit(href)
+        if parts.scheme != "file":
+            continue
+        target = Path(url2pathname(unquote(parts.path)))
+        if not target.resolve().is_relative_to(book.resolve()):
+            bad.append(f"{href} (outside the book)")
+        elif target.is_dir():
+            if not (target / "index.html").is_file():
+                bad.append(f"{href} (folder without index.html)")
+        elif not target.is_file():
+            bad.append(f"{href} (no such file)")
+        elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in element_ids(target):
+            bad.append(f"{href} (no such anchor)")
+    assert not bad, "broken links:\n  " + "\n  ".join(bad)
+
+    # The navigation lists the book's pages in reading order.
+    nav = [Path(url2pathname(unquote(urlsplit(h).path))).resolve().relative_to(book.resolve()).with_suffix("")
+           .as_posix() for h in seen["nav"]]
+    assert nav == PAGES, f"navigation {nav} differs from the reading order {PAGES}"
+
+    # Nothing came from outside the book, and nothing failed to load.
+    remote = [name for name in seen["fetched"] if not name.startswith(("file:", "data:", "blob:"))]
+    assert not remote, f"fetched from outside the book: {remote}"
+    failures = [e["message"] for e in console if e["level"] == "SEVERE" and LOAD_FAILURE.search(e["message"])]
+    assert not failures, f"resources that failed to load: {failures}"

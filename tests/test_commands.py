@@ -1,0 +1,204 @@
+"""The README's commands as a user runs them: `make reproduce` finds the committed quick-profile runs finished and
+renders the tables, or trains into another runs folder; `make lab` starts (as root too) and prints its URL;
+`make demo`, `make benchmark`, `make binary-benchmark` and `make test-portability` run at a small size.
+
+Each target is run through make, with this interpreter (PYTHON=...) and without reinstalling .venv (-o STAMP), so
+a test fails when a target's recipe or the variables it reads break. The full-size `make reproduce` from scratch
+is .ci/run's (into a temporary runs folder); here it trains one run.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from reproduction import folder, paper_tables, parameters
+
+ROOT = Path(__file__).resolve().parents[1]
+STAMP = ".venv/.requirements-installed"  # the Makefile's $(STAMP): never remade here (no pip install in a test)
+# The variables a make running these tests passes down (its command line's PYTEST_ARGS, RUNS_DIR, ...).
+MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+
+
+def make_command(*args: str) -> list[str]:
+    """`make <args>` run with this interpreter and the installed environment taken as up to date."""
+    return ["make", "--no-print-directory", "-o", STAMP, f"PYTHON={sys.executable}", *args]
+
+
+def make_env(**extra: str) -> dict:
+    """This process's environment without an enclosing make's variables, plus `extra`."""
+    return {**{k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}, **extra}
+
+
+def make(*args: str, timeout: float = 900, **extra: str) -> subprocess.CompletedProcess:
+    """Run `make <args>` in the repository; its exit status and output (stdout and stderr together)."""
+    return subprocess.run(make_command(*args), cwd=ROOT, env=make_env(**extra), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+def check(done: subprocess.CompletedProcess) -> str:
+    """The output of a make that must have succeeded (the output is the failure message otherwise)."""
+    assert done.returncode == 0, f"{done.args} exited {done.returncode}:\n{done.stdout[-4000:]}"
+    return done.stdout
+
+
+def load_script(name):
+    """A module of scripts/ (command-line entry points), imported from its file."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def default_jobs(runs_dir=folder.RUNS_DIR) -> list[dict]:
+    """The jobs `make reproduce` runs with no options: scripts/run_tables.py --all with its defaults."""
+    args = load_script("run_tables").parse_args(["--all"])
+    return paper_tables.make_jobs(paper_tables.read_paper_tables(), args.profile, args.dropout_reading, runs_dir,
+                                  args.seed, None, args.mask_reading, args.dataset)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def page_text(url: str, seconds: float) -> str:
+    """The page at `url`, waiting up to `seconds` for the server to listen (Jupyter prints its URL a moment before
+    it accepts connections)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=seconds) as page:
+                return page.read().decode()
+        except urllib.error.URLError as err:
+            if not isinstance(err.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# make reproduce
+# ----------------------------------------------------------------------------------------------------------
+
+def test_the_committed_quick_runs_are_every_run_make_reproduce_selects():
+    """On a fresh clone `make reproduce` trains nothing (so it leaves the tree clean): every run it selects by
+    default is a finished run of the current quick profile in outputs/runs/quick/, and each learned (the
+    experiment notebook's check)."""
+    jobs = default_jobs()
+    assert {job["profile"] for job in jobs} == {"quick"} and len(jobs) == 50
+    states = {job["key"]: folder.job_state(job).state for job in jobs}
+    assert [key for key, state in states.items() if state != "finished"] == [], states
+    errors = {job["key"]: folder.read_result(job["output_dir"])["final"]["test_ebp_p"] for job in jobs}
+    assert max(errors.values()) < parameters.NOT_LEARNING, errors
+
+
+def test_reproduce_trains_and_renders_in_the_runs_folder_it_is_given(tmp_path, real_data_dir):
+    """RUNS_DIR sends both the training and the tables notebook's rendering elsewhere; outputs/runs is untouched."""
+    quick = folder.RUNS_DIR / "quick"
+    before = {p: p.stat().st_mtime_ns for p in quick.rglob("*")}
+    out = check(make("reproduce", f"RUNS_DIR={tmp_path}", "RUN_ARGS=binary-200 --jobs 1"))
+    result = json.loads((tmp_path / "quick" / "binary-200" / folder.RESULT_FILE).read_text())
+    assert result["finished"] and result["n_train_images"] == parameters.PROFILES["quick"]["n_train"], out
+    assert (tmp_path / "quick" / "tables.ipynb").is_file()
+    tables = (tmp_path / "quick" / "tables.md").read_text()
+    assert f"profile {parameters.profile_label('quick')}" in tables
+    assert "Table 2: 1 of 18 runs finished, 17 not run" in tables, tables  # binary-200 alone, read from tmp_path
+    assert (tmp_path / "quick-fashion-mnist" / "tables.md").is_file()
+    assert {p: p.stat().st_mtime_ns for p in quick.rglob("*")} == before
+
+
+# ----------------------------------------------------------------------------------------------------------
+# make lab
+# ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("uid, allow_root", [("0", True), ("1000", False)])
+def test_lab_allows_root_only_when_run_as_root(tmp_path, uid, allow_root):
+    """Jupyter refuses root without --allow-root, and a normal user needs none: the flag follows `id -u`."""
+    fake = tmp_path / "id"
+    fake.write_text(f"#!/bin/sh\necho {uid}\n")
+    fake.chmod(0o755)
+    out = check(make("-n", "lab", PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}"))
+    command = next(line for line in out.splitlines() if "jupyter lab" in line and "echo" not in line)
+    assert ("--allow-root" in command) == allow_root, command
+
+
+def test_lab_starts_and_prints_the_url_to_open(tmp_path):
+    """`make lab` as this user starts JupyterLab on the notebooks and prints a URL with its token that serves."""
+    port = free_port()
+    proc = subprocess.Popen(make_command("lab", f"LAB_ARGS=--no-browser --port={port} --ServerApp.port_retries=0"),
+                            cwd=ROOT, env=make_env(JUPYTER_RUNTIME_DIR=str(tmp_path)), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines, url = [], None
+    try:
+        deadline = time.monotonic() + 180
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break  # the server exited
+            lines.append(line)
+            found = re.search(rf"http://127\.0\.0\.1:{port}/lab\?token=\w+", line)
+            url = found and found.group(0)
+        assert url, "no URL printed:\n" + "".join(lines[-40:])
+        assert "JupyterLab" in page_text(url, seconds=60)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# make demo, benchmark, binary-benchmark, test-portability, at a small size
+# ----------------------------------------------------------------------------------------------------------
+
+def test_demo_trains_one_epoch_that_learns(real_data_dir):
+    out = check(make("demo"))
+    found = re.search(r"epoch 1: test error EBP-P ([\d.]+)%, EBP-D ([\d.]+)%", out)
+    assert found, out
+    assert float(found.group(1)) < 100 * parameters.NOT_LEARNING, out
+
+
+def test_benchmark_agrees_and_writes_its_record(tmp_path, real_data_dir):
+    record = tmp_path / "benchmark.json"
+    check(make("benchmark", f"BENCHMARK_OUT={record}",
+               "BENCHMARK_ARGS=--seconds 0.05 --project-seconds 0.01 --skip-epoch"))
+    result = json.loads(record.read_text())
+    assert result["agreement"] and all(row["ok"] for row in result["agreement"])
+    assert result["cases"] and result["whole_paper"]
+    assert "one_epoch" not in result  # BENCHMARK_ARGS reached the script: no full epoch was trained
+
+
+def test_binary_benchmark_writes_its_record(tmp_path, real_data_dir):
+    record = tmp_path / "binary_inference.json"
+    check(make("binary-benchmark", f"BINARY_BENCHMARK_OUT={record}",
+               "BINARY_BENCHMARK_ARGS=--n-train 500 --single-images 5 --rounds 1"))
+    result = json.loads(record.read_text())
+    assert len(result["cases"]) == 3 and result["training_protocol"]["n_train"] == 500
+
+
+def test_portability_runs_the_tests_it_is_given_under_every_kernel_selection(tmp_path):
+    record = tmp_path / "portability.json"
+    check(make("test-portability", f"PORTABILITY_OUT={record}",
+               "PYTEST_ARGS=tests/test_readme.py::test_splice_replaces_only_the_block"))
+    configurations = json.loads(record.read_text())["configurations"]
+    assert len(configurations) == len(load_script("portability").CONFIGURATIONS)
+    assert all(c["exit_status"] == 0 and c["pytest"].startswith("1 passed") for c in configurations), configurations

@@ -1,0 +1,100 @@
+"""The parameters of one experiment (reproduction.parameters): the defaults are the experiment notebook's,
+validation names every problem at once, normalisation, and the protocol a run is labelled with."""
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from reproduction import parameters
+
+
+def notebook_parameters(path) -> dict:
+    """{name: value} of the cell tagged `parameters` in a notebook: its assignments of literal values, in order."""
+    cells = json.loads(path.read_text())["cells"]
+    [source] = ["".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    values = {}
+    for statement in ast.parse(source).body:
+        assert isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(
+            statement.targets[0], ast.Name), f"line {statement.lineno}: only literal values assigned to names"
+        values[statement.targets[0].id] = ast.literal_eval(statement.value)
+    return values
+
+
+def test_the_notebooks_parameters_cell_assigns_exactly_the_defaults():
+    """The experiment notebook's parameters cell (what papermill overrides) assigns every default, in order, with
+    its value, and nothing else: a parameter added to one and not the other fails here."""
+    cell = notebook_parameters(parameters.NOTEBOOK)
+    assert list(cell.items()) == list(parameters.DEFAULT_PARAMETERS.items())
+    assert list(parameters.DEFAULT_PARAMETERS)[:3] == ["dataset", "architecture", "weights"]
+
+
+def test_defaults_are_valid_and_cheap():
+    p = parameters.validate_parameters({})
+    assert p == {**parameters.DEFAULT_PARAMETERS}
+    assert p["n_train"] <= 2000 and p["epochs"] <= 2 and parameters.protocol_relative_to_paper(p) == "shortened"
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("dataset", "cifar10", "choose one of mnist, fashion-mnist"),
+    ("architecture", "800x800", "unknown architecture"),
+    ("architecture", "block30", "block size 30"),
+    ("architecture", "0-10", "neither a positive layer size"),
+    ("architecture", 3.5, "give a name such as"),
+    ("weights", "ternary", "choose one of binary, real"),
+    ("mask_reading", "partial", "choose 'absent'"),
+    ("mask_reading", "held", "has no locally connected layer"),  # the default architecture "200" is dense
+    ("dropout", "bernoulli", "choose None"),
+    ("keep", 0.0, "in (0, 1]"),
+    ("keep", 1.5, "in (0, 1]"),
+    ("epochs", 0, "integer >= 1"),
+    ("epochs", 2.0, "integer >= 1"),
+    ("batch_size", True, "integer >= 1"),
+    ("seed", -1, "integer >= 0"),
+    ("n_train", 0, "1..60000"),
+    ("n_train", 70000, "1..60000"),
+    ("preprocessing", "zca", "choose one of pixel, global, unit"),
+    ("std_floor", -1.0, ">= 0"),
+    ("init_scale", 0, "positive"),
+    ("init_scale", float("nan"), "positive"),
+    ("output_dir", 5, "a path"),
+])
+def test_bad_parameter_is_named_with_what_is_allowed(name, value, message):
+    with pytest.raises(parameters.ParameterError) as info:
+        parameters.validate_parameters({name: value})
+    text = str(info.value)
+    assert f"{name}={value!r}" in text and message in text, text
+
+
+def test_every_problem_is_reported_at_once_and_typos_are_errors():
+    with pytest.raises(parameters.ParameterError) as info:
+        parameters.validate_parameters({"epochs": 0, "weights": "ternary", "epoch": 5})
+    text = str(info.value)
+    assert "epochs=0" in text and "weights='ternary'" in text and "epoch: unknown parameter" in text
+
+
+def test_mask_reading_is_a_parameter_of_spatial_runs():
+    """held is valid for a spatial architecture; run_config records it only when it is not the default, so the
+    checkpoints of the default reading (which record none) stay resumable; the reading tells two configurations
+    apart. (Records of the old format, without the parameter, are upgraded on reading: tests/test_records.py.)"""
+    held = parameters.validate_parameters({"architecture": "block13", "mask_reading": "held"})
+    assert parameters.run_config(held)["mask_reading"] == "held"
+    absent = parameters.validate_parameters({"architecture": "block13"})
+    assert absent["mask_reading"] == "absent" and "mask_reading" not in parameters.run_config(absent)
+    assert "(non-connected weights held)" in parameters.describe_experiment(held)
+    assert "non-connected" not in parameters.describe_experiment(parameters.validate_parameters({}))
+    assert parameters.same_configuration(absent, {**absent, "output_dir": "elsewhere"})
+    assert not parameters.same_configuration(absent, {**held, "architecture": "block13"})
+
+
+def test_normalisation_and_the_protocol_relative_to_the_papers():
+    protocol = parameters.protocol_relative_to_paper
+    p = parameters.validate_parameters({"architecture": 800, "dropout": "None", "n_train": None, "epochs": 120})
+    assert p["architecture"] == "800" and p["dropout"] is None and protocol(p) == "paper"
+    assert protocol({**p, "n_train": 60000}) == "paper"
+    assert protocol({**p, "epochs": 119}) == "shortened"
+    assert protocol({**p, "n_train": 59999}) == "shortened"
+    assert protocol({**p, "epochs": 200}) == "extended"  # beyond the paper: labelled, never "paper"
+    assert protocol({**p, "epochs": 200, "n_train": 59999}) == "shortened"
+

@@ -1,0 +1,141 @@
+"""Records of where and with what something ran (reproduction.records): the one machine record every script
+writes, and files written whole or not at all."""
+from __future__ import annotations
+
+import pytest
+from fake_runs import load_script
+
+from reproduction import records
+from reproduction.folder import ebp_record_problems
+
+
+def test_the_scripts_record_the_machine_with_records_machine_record():
+    """The benchmark and the binary-inference timings record the machine with records.machine_record (the
+    timings add the load average they started under), so their records name the same fields."""
+    record = records.machine_record()
+    assert record.keys() >= {"cpu_model", "cores", "numpy", "numba", "git_commit", "git_dirty", "blas", "date"}
+    benchmark = load_script("benchmark").machine()
+    assert benchmark.keys() == record.keys()
+    assert benchmark["cpu_model"] == records.cpu_model() and benchmark["numpy"] == records.package_versions()["numpy"]
+    binary = load_script("binary_inference").machine()
+    assert binary.keys() == record.keys() | {"load_average_at_start"}
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    """write_json replaces a file whole; when the rename fails the old file stays as it was, the temporary is
+    removed, and the error names the file."""
+    path = tmp_path / "result.json"
+    records.write_json(path, {"epochs_done": 1})
+    assert path.read_text() == '{\n "epochs_done": 1\n}\n'
+
+    def refuse(source, target):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(records.os, "replace", refuse)
+    with pytest.raises(OSError, match=f"could not write {path}") as info:
+        records.write_json(path, {"epochs_done": 2})
+    assert info.value.errno == 28
+    assert path.read_text() == '{\n "epochs_done": 1\n}\n' and [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Run records: one writer, one reader, a versioned format and its upgrader
+# ----------------------------------------------------------------------------------------------------------
+
+def _record(tmp_path, **changes):
+    """A consistent EBP run record of 2 epochs (as EpochRecorder writes it), with `changes`."""
+    from fake_runs import fake_result
+
+    record = fake_result({"architecture": "block13", "weights": "binary"}, 2, 300, "tiny", 0.2)
+    del record["profile"]
+    return {**record, **changes}
+
+
+def test_a_first_format_record_is_read_as_the_current_one_and_upgraded_once(tmp_path):
+    """Format 1 (no method, no mask_reading) reads as format 2 through the one upgrader: method 'ebp', the
+    default reading placed after `weights`, nothing else changed; upgrade_files rewrites only such files, and
+    the rewritten text differs from the old in exactly those lines."""
+    import json
+
+    current = _record(tmp_path)
+    old = {k: v for k, v in current.items() if k != "method"}
+    old["format"], old["parameters"] = 1, {k: v for k, v in current["parameters"].items() if k != "mask_reading"}
+    path, done = tmp_path / "old" / "result.json", tmp_path / "current" / "result.json"
+    path.parent.mkdir(), done.parent.mkdir()
+    records.write_json(path, old)
+    records.write_record(done, current, ebp_record_problems)
+    assert records.read_record(path) == current
+    names = list(records.read_record(path)["parameters"])
+    assert names[names.index("weights") + 1] == "mask_reading"
+    before, untouched = path.read_text().splitlines(), done.read_bytes()
+    assert records.upgrade_files([path, done], ebp_record_problems, echo=lambda *_: None) == [path]
+    assert done.read_bytes() == untouched and json.loads(path.read_text()) == current
+    after = path.read_text().splitlines()
+    added = [line for line in after if line not in before]
+    assert sorted(added) == sorted([' "format": 2,', ' "method": "ebp",', '  "mask_reading": "absent",'])
+    assert [line for line in before if line not in after] == [' "format": 1,']
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "not a run record"),
+    ('{"format": 3, "method": "ebp"}', "format 3 is not a run record format"),
+    ('{"format": 2, "method": "sgd"}', "method 'sgd' is not one of ebp, backprop"),
+])
+def test_the_reader_refuses_what_is_not_a_record_naming_the_file(tmp_path, text, message):
+    path = tmp_path / "result.json"
+    path.write_text(text)
+    with pytest.raises(records.RecordError, match=message) as info:
+        records.read_record(path)
+    assert str(path) in str(info.value)
+
+
+def test_the_reader_names_a_missing_or_mistyped_field(tmp_path):
+    import json
+
+    path = tmp_path / "result.json"
+    for change, field in [(lambda r: r.pop("history"), "field history is missing"),
+                          (lambda r: r.update(finished="yes"), "field finished is a str"),
+                          (lambda r: r.update(epochs_done=True), "field epochs_done is a bool"),
+                          (lambda r: r["history"][1].update(test_ebp_p="2%"), "history[1].test_ebp_p is not a number")]:
+        record = _record(tmp_path)
+        change(record)
+        path.write_text(json.dumps(record))
+        with pytest.raises(records.RecordError, match=field.replace("[", r"\[").replace("]", r"\]")):
+            records.read_record(path)
+
+
+def test_the_writer_refuses_an_inconsistent_record_and_writes_nothing(tmp_path):
+    path = tmp_path / "result.json"
+    for changes, problem in [({"final": {**_record(tmp_path)["final"], "test_ebp_p": 0.01}}, "final.test_ebp_p"),
+                             ({"protocol": "paper"}, "protocol: 'paper', but its parameters give 'shortened'"),
+                             ({"n_train_images": 60000}, "n_train_images: 60000"),
+                             ({"epochs_done": 3}, "epochs_done: 3, but the history holds 2 epochs")]:
+        with pytest.raises(records.RecordError, match="refusing to write") as info:
+            records.write_record(path, _record(tmp_path, **changes), ebp_record_problems)
+        assert problem in str(info.value) and not path.exists()
+
+
+def test_every_record_is_written_by_write_record(tmp_path, monkeypatch):
+    """The experiment's recorder writes through records.write_record (the backprop baseline's run too:
+    tests/test_backprop.py reads its record back with the same reader)."""
+    from reproduction import folder, parameters
+
+    written = []
+    monkeypatch.setattr(folder, "write_record", lambda path, data, problems: written.append((path, data)))
+    recorder = folder.EpochRecorder(tmp_path, parameters.validate_parameters({}), tmp_path / "none.npz",
+                                    echo=lambda *_: None)
+    recorder({"epoch": 1, "test_ebp_p": 0.2, "test_ebp_d": 0.25, "train_ebp_p": 0.1, "train_ebp_d": 0.15,
+              "train_seconds": 0.5})
+    [(path, data)] = written
+    assert path == tmp_path / "result.json" and data["format"] == records.RECORD_FORMAT and data["method"] == "ebp"
+
+
+def test_every_committed_result_is_a_consistent_record_that_agrees_with_its_notebook():
+    """All committed results (EBP and backprop) read as records of the current format, consistent in themselves
+    and, for finished EBP runs, with the lines their executed notebooks printed: nothing is rejected."""
+    from reproduction import results
+
+    for runs_dir in (records.REPO / "outputs" / "runs", records.REPO / "outputs" / "backprop"):
+        loaded = results.load_results(runs_dir, committed_only=True)
+        assert loaded and loaded.rejected == {}, loaded.rejected
+        assert {r["format"] for r in loaded} == {records.RECORD_FORMAT}
