@@ -5,11 +5,11 @@ One command, from the repository root (about 3 minutes on the 2-core machine; EB
 
     make benchmark            # or: OMP_NUM_THREADS=1 .venv/bin/python scripts/benchmark.py
 
-What it does, in this order (issue 4):
+What it does, in this order:
  1. Agreement. Fast and reference train the same networks (binary and real, dense and local, analytic and
     sampled dropout, depth 2 and 3) on the same MNIST images, 300 updates at batch size 1 and at 10; every h and
     b must agree to 1e-4 of the layer's largest |h| (|b|, at least 1). Otherwise it stops here with exit status 1.
- 2. Throughput of the issue's cases ([784,800,10] binary and real, [784,800,800,10] binary, the spatial net
+ 2. Throughput of the benchmark cases ([784,800,10] binary and real, [784,800,800,10] binary, the spatial net
     with 13x13 blocks, at batch size 1 and 10): fast and reference on the same images in the same process,
     alternating in rounds; samples per second of CPU time, seconds per 60,000-sample epoch, the ratio.
  3. Whole paper: every run of Tables 2-4 (50 trainings: EBP-P and EBP-D come from the same run; Table 3 with
@@ -50,7 +50,7 @@ AGREEMENT_CASES = [  # (architecture, weights, dropout)
     ([100, 100, 10], "binary", "sampled"),
     ([100, 10], "real", "analytic"),
 ]
-TIMING_CASES = [  # the issue's list
+TIMING_CASES = [  # the networks of the paper's tables that dominate its runtime
     ([800, 10], "binary"),
     ([800, 10], "real"),
     ([800, 800, 10], "binary"),
@@ -214,7 +214,7 @@ def one_epoch_errors(data) -> dict:
 # --- 5. targets ---------------------------------------------------------------------------------------------
 
 def targets(result) -> list[dict]:
-    """Issue 4's targets against this run's numbers."""
+    """The speed targets set for the fast engine, against this run's numbers."""
     case = {(c["network"], c["weights"], c["batch_size"]): c for c in result["cases"]}
     rows = []
     for network in ("[784, 800, 10]", "[784, 800, 800, 10]"):
@@ -304,7 +304,7 @@ def main(argv=None) -> int:
               f"sign(h) differs for {100 * result['one_epoch']['sign_h_differs_fraction']:.4f}% of the weights")
 
     result["targets"] = targets(result)
-    print("5. issue 4's targets")
+    print("5. the speed targets")
     for row in result["targets"]:
         print(f"   {'met ' if row['met'] else 'MISSED'} {row['target']}: {row['measured']}")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Why is EBP-D so much worse than EBP-P in nets with two hidden layers? (issue 14 item 5)
+"""Why is EBP-D so much worse than EBP-P in nets with two hidden layers?
 
 Trains two-hidden-layer nets on a truncated paper protocol (all 60,000 training images, batch 10, the first few
 of the paper's 120 epochs, test error on the 10,000 test images), several seeds and initial scales, and reads
