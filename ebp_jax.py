@@ -106,10 +106,6 @@ def ebp_step(params, x, y, input_masks, s: Structure):
             for (h, b), dm, db, mask in zip(params, d_means, d_biases, s.masks)]
 
 
-def no_masks(s: Structure) -> tuple:
-    return (None,) * len(s.norms)
-
-
 @partial(jax.jit, static_argnames=("s", "batch_size"))
 def train_epoch(params, x, y, order, s: Structure, batch_size: int):
     """One epoch as one compiled call: EBP steps on x[order[0:B]], x[order[B:2B]], ... (lax.scan). Without
@@ -118,7 +114,7 @@ def train_epoch(params, x, y, order, s: Structure, batch_size: int):
     batches = order.reshape(-1, batch_size)
 
     def step(carry, idx):
-        return ebp_step(carry, x[idx], y[idx], no_masks(s), s), None
+        return ebp_step(carry, x[idx], y[idx], (None,) * len(s.norms), s), None
 
     params, _ = jax.lax.scan(step, params, batches)
     return params
@@ -138,14 +134,6 @@ def stack_runs(runs: list) -> list:
 
 def unstack_run(group_params, i: int) -> list:
     return jax.tree_util.tree_map(lambda a: a[i], group_params)
-
-
-def to_network(net: ebp_lib.Network, params) -> ebp_lib.Network:
-    """A copy of `net` holding `params` (as numpy arrays of the network's dtype)."""
-    out = ebp_lib.Network([ebp_lib.Layer(np.asarray(h, layer.h.dtype), np.asarray(b, layer.b.dtype), layer.mask,
-                                         layer.held) for (h, b), layer in zip(params, net.layers)],
-                          net.weights, net.architecture, net.input_side, net.dropout, net.keep, net.mask_reading)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ def is_table2_ebp(result: dict, dataset: str) -> bool:
     """A finished paper-protocol EBP run of Table 2's setting on `dataset`: no dropout, per-pixel
     standardisation, reference initialisation, one of Table 2's architectures."""
     p = result.get("parameters", {})
-    return (result.get("method", "ebp") == "ebp" and result.get("protocol") == "paper"
+    return (result["method"] == "ebp" and result.get("protocol") == "paper"
             and bool(result.get("finished")) and p.get("dataset") == dataset and p.get("dropout") is None
             and p.get("architecture") in TABLE2_ARCHITECTURES and p.get("preprocessing") == "pixel"
             and p.get("std_floor") == 0 and p.get("init_scale") == 1)
@@ -41,7 +41,7 @@ def backprop_results(results: list[dict], dataset: str) -> dict[str, list[dict]]
     grouped: dict[str, list[dict]] = {}
     for r in results:
         p = r.get("parameters", {})
-        if (r.get("method") == "backprop" and p.get("dataset") == dataset and r.get("finished")
+        if (r["method"] == "backprop" and p.get("dataset") == dataset and r.get("finished")
                 and r.get("protocol") == "fair"):
             grouped.setdefault(p["config"], []).append(r)
     return {k: sorted(v, key=lambda r: r["parameters"]["seed"]) for k, v in grouped.items()}
@@ -108,7 +108,7 @@ def comparison_table(ebp_results: list[dict], bp_results: list[dict], dataset: s
 def runs_table(bp_results: list[dict]) -> str:
     """Every backprop run: the grid's choice, the epoch of the best validation error and the epochs trained,
     the rate at the end, and the validation and test errors of the best validation epoch (%)."""
-    runs = sorted((r for r in bp_results if r.get("method") == "backprop" and r.get("final")),
+    runs = sorted((r for r in bp_results if r["method"] == "backprop" and r.get("final")),
                   key=lambda r: (DATASETS.index(r["parameters"]["dataset"]),
                                  list(CONFIGS).index(r["parameters"]["config"]), r["parameters"]["seed"]))
     rows = [[r["parameters"]["dataset"], r["parameters"]["config"], str(r["parameters"]["seed"]), r["protocol"],
