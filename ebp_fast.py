@@ -56,6 +56,7 @@ REFERENCES = {
     "_finish_layer": "ebp_lib.unit_mean",             # ν, after μ and σ² from the products (layer_moments)
     "_load_inputs": "ebp_lib.forward",                # ν, ⟨v²⟩ and the dropout masks of a layer's inputs
     "_back_product": "numpy.matmul",                  # Δ·⟨W⟩ (ebp_lib.backward)
+    "_updated_back": "ebp_lib.backward",              # Δ·δh, the authors' real-weight code (ebp_lib.backward)
     "_backward": "ebp_lib.backward",
     "_train_steps": "ebp_lib.train_steps",
 }
@@ -69,8 +70,10 @@ PARTS = {
 # inv_sqrt_normaliser (1/sqrt(N)) are typed lists with one array per layer (the first layer's h and masks hold only
 # the used input columns); `mask` confines the update, `second_mask` the sum Σ mask⟨v²⟩ (empty for dense layers,
 # and for masked weights that are held at h = 0 rather than absent: they keep ⟨W²⟩ = 1); binary is the weight
-# type, dropout its code above, keep the dropout keep probability p.
-FastNet = namedtuple("FastNet", "h w_mean b mask second_mask normaliser inv_sqrt_normaliser binary dropout keep")
+# type, dropout its code above, keep the dropout keep probability p; through_updated and extra_variance are the two
+# parts of the authors' real-weight update (ebp_lib.REAL_UPDATES), both False for the spec's.
+FastNet = namedtuple("FastNet", "h w_mean b mask second_mask normaliser inv_sqrt_normaliser binary dropout keep "
+                                "through_updated extra_variance")
 # One layer's inputs for one step, (batch, K) each: ν, ⟨v²⟩, m2_factor (the factor of ⟨W⟩² in σ²·N), the dropout
 # mask.
 Inputs = namedtuple("Inputs", "nu v2 m2_factor kept")
@@ -284,20 +287,21 @@ def _online_pass(h, w_mean, store_w_mean, binary, scaled_delta, nu, nu_next, m2_
 
 
 @numba.njit(**_JIT)
-def _finish_layer(moments, b, normaliser, inv_sqrt_normaliser, v2_in, masked, use_m2_terms, batch):
+def _finish_layer(moments, b, normaliser, inv_sqrt_normaliser, v2_in, masked, use_m2_terms, batch, extra):
     """ebp_lib.layer_moments and unit_mean from the products of _layer_pass, for `batch` samples, in place:
 
         μ = (Σ ⟨W⟩ν + b)/sqrt(N),   σ² = (Σ⟨W²⟩⟨v²⟩ − Σ ⟨W⟩²ν² + 1)/N = (second − m2_terms)/N,   ν = erf(μ/sqrt(2σ²)),
 
-    with second = Σ mask⟨v²⟩ + 1 (per unit for a local layer, else one number per sample, from v2_in)."""
+    with second = Σ mask⟨v²⟩ + 1 (per unit for a local layer, else one number per sample, from v2_in), plus
+    `extra` (1 for the authors' real-weight variance after the first layer, ebp_lib.authors_variance_term, else 0)."""
     mu, m2_terms, second, sigma2, nu_out = moments.mu, moments.m2_terms, moments.second, moments.sigma2, moments.nu
     units = mu.shape[1]
     for s in range(batch):
-        dense_second = np.float32(1)
+        dense_second = np.float32(1) + extra
         if not masked:
             dense_second += v2_in[s].sum()
         for i in range(units):
-            second_si = second[s, i] if masked else dense_second
+            second_si = second[s, i] + extra if masked else dense_second
             sigma2_si = (second_si - (m2_terms[s, i] if use_m2_terms else np.float32(0))) / normaliser[i]
             mu_si = (mu[s, i] + b[i]) * inv_sqrt_normaliser[i]
             mu[s, i] = mu_si
@@ -378,17 +382,49 @@ def _back_product(d, m):
 
 
 @numba.njit(**_JIT)
+def _updated_back(d, nu, mask):
+    """Σ_i d_si δh_ij with δh_ij = Σ_t d_ti ν_tj (× mask_ij): what back-propagating d = Δ/sqrt(N) through the
+    updated ⟨W⟩ + δh adds to _back_product (the authors' real-weight code, ebp_lib.backward). Unmasked, it is
+    (d dᵀ) ν, a batch×batch product; masked, δh is formed first."""
+    batch, units = d.shape
+    if mask.shape[0] == 0:
+        gram = np.zeros((batch, batch), np.float32)
+        for s in range(batch):
+            for t in range(batch):
+                acc = np.float32(0)
+                for i in range(units):
+                    acc += d[s, i] * d[t, i]
+                gram[s, t] = acc
+        out = np.zeros((batch, nu.shape[1]), np.float32)
+        for s in range(batch):
+            for t in range(batch):
+                for j in range(nu.shape[1]):
+                    out[s, j] += gram[s, t] * nu[t, j]
+        return out
+    increment = np.zeros((units, nu.shape[1]), np.float32)
+    for i in range(units):
+        for t in range(batch):
+            for j in range(nu.shape[1]):
+                increment[i, j] += d[t, i] * nu[t, j] * mask[i, j]
+    return _back_product(d, increment)
+
+
+@numba.njit(**_JIT)
 def _backward(y, rows, net, moments, inputs, deltas) -> int:
     """ebp_lib.backward for one minibatch (the training images `rows`), into `deltas`: Δ_L in float64
     (_output_delta), Δ_{l−1} = 2 N(0|μ,σ²) Σ_j ⟨W_j·⟩ Δ_j/sqrt(N_j) in float32, times the dropout mask of layer
-    l's inputs. Returns the first layer with a non-finite Δ, or −1."""
+    l's inputs; through the updated ⟨W⟩ for the authors' real-weight code (_updated_back). Returns the first layer
+    with a non-finite Δ, or −1."""
     last, batch = len(net.h) - 1, len(rows)
     for s in range(batch):
         for i in range(net.h[last].shape[0]):
             deltas[last][s, i] = _output_delta(np.float64(y[rows[s], i]), np.float64(moments[last].mu[s, i]),
                                                np.float64(moments[last].sigma2[s, i]))
     for l in range(last, 0, -1):
-        back = _back_product(deltas[l][:batch] * net.inv_sqrt_normaliser[l], net.w_mean[l])
+        scaled = deltas[l][:batch] * net.inv_sqrt_normaliser[l]
+        back = _back_product(scaled, net.w_mean[l])
+        if net.through_updated:
+            back += _updated_back(scaled, inputs[l].nu[:batch], net.mask[l])
         # float32 throughout (expf, not exp). The moments are read through the lists inside the loop: hoisted out,
         # LLVM vectorises the exp and rounds differently, and the committed runs must stay bit-reproducible.
         for s in range(batch):
@@ -461,8 +497,9 @@ def _train_steps(x, y, order, columns, batch_size, net, rng):
             _layer_pass(net.h[l], net.w_mean[l], net.mask[l], net.second_mask[l], net.binary and l > 0, net.binary,
                         scaled_delta, nu, _first_rows(inputs[kn], batch_next), use_m2_terms, moments[l])
             if batch_next:
+                extra = np.float32(1) if net.extra_variance and l > 0 else np.float32(0)
                 _finish_layer(moments[l], net.b[l], net.normaliser[l], net.inv_sqrt_normaliser[l], inputs[kn].v2,
-                              net.second_mask[l].shape[0] > 0, use_m2_terms, batch_next)
+                              net.second_mask[l].shape[0] > 0, use_m2_terms, batch_next, extra)
                 if l + 1 < n_layers:
                     _load_inputs(inputs[kn + 1], moments[l].nu[:batch_next], sources[l + 1], False, net, rng)
         cur = nxt
@@ -481,6 +518,7 @@ def working_copy(net, columns) -> FastNet:
     if masks[0].size:
         masks[0] = np.ascontiguousarray(masks[0][:, columns])
     no_mask = np.zeros((0, 0), FAST_DTYPE)
+    through_updated, extra_variance = net.real_update_parts
     return FastNet(
         h=List(hs),
         w_mean=List([h if net.weights == "real" else np.empty_like(h) for h in hs]),  # real weights: ⟨W⟩ = h itself
@@ -489,7 +527,9 @@ def working_copy(net, columns) -> FastNet:
         second_mask=List([no_mask if layer.held else mask for layer, mask in zip(net.layers, masks)]),
         normaliser=List([layer.normaliser.astype(FAST_DTYPE) for layer in net.layers]),
         inv_sqrt_normaliser=List([(1.0 / np.sqrt(layer.normaliser)).astype(FAST_DTYPE) for layer in net.layers]),
-        binary=net.weights == "binary", dropout=DROPOUT_CODES[net.dropout], keep=float(net.keep))
+        binary=net.weights == "binary", dropout=DROPOUT_CODES[net.dropout], keep=float(net.keep),
+        through_updated=through_updated, extra_variance=extra_variance)
+
 
 
 def _nonfinite(hs, bs) -> list[str]:

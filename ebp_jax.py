@@ -47,7 +47,12 @@ class Structure:
 
 
 def structure(net: ebp_lib.Network, dtype=None) -> Structure:
-    """The Structure of an ebp_lib network (its masks and N as arrays of `dtype`, default the network's)."""
+    """The Structure of an ebp_lib network (its masks and N as arrays of `dtype`, default the network's).
+    ValueError for the authors' real-weight update: back-propagating through updated weights is not the gradient
+    of one ln P, so this engine, which is that gradient, runs the spec's update only."""
+    if net.real_update != "spec":
+        raise ValueError(f"the jax engine trains real_update='spec' only, not {net.real_update!r}: use "
+                         f"engine='fast' or 'reference' for the authors' real-weight update")
     dtype = dtype or net.layers[0].h.dtype
     return Structure(net.weights, net.dropout, float(net.keep),
                      tuple(None if layer.mask is None else jnp.asarray(layer.mask, dtype) for layer in net.layers),

@@ -43,6 +43,12 @@ DROPOUT_KINDS = (None, "analytic", "sampled")
 # exist: N counts the connected inputs) or "held" (the paper's full matrix with those elements kept at h = 0:
 # mean 0 but variance 1, so they add to σ², and N counts every input).
 MASK_READINGS = ("absent", "held")
+# The real-weight update as the spec writes it ("spec", the default), or as the authors' Real_EBP_minibatch.m
+# computes it (docs/maths.md §The authors' real-weight code), with its two differences together ("authors") or
+# one at a time: (Δ back-propagated through this step's updated ⟨W⟩, σ² of every layer after the first + 1/N).
+# Binary weights have the spec's update only: the authors' binary code computes it exactly.
+REAL_UPDATES = {"spec": (False, False), "authors": (True, True), "authors-delta": (True, False),
+                "authors-variance": (False, True)}
 
 
 @dataclass
@@ -75,10 +81,16 @@ class Network:
     dropout: str | None = None
     keep: float = 0.8
     mask_reading: str = "absent"
+    real_update: str = "spec"
 
     @property
     def sizes(self) -> list[int]:
         return [self.layers[0].h.shape[1]] + [len(layer.h) for layer in self.layers]
+
+    @property
+    def real_update_parts(self) -> tuple[bool, bool]:
+        """(Δ through the updated ⟨W⟩, σ² + 1/N after the first layer): REAL_UPDATES of this network's update."""
+        return REAL_UPDATES[self.real_update]
 
 
 def weight_moments(layer: Layer, weights: str) -> tuple[np.ndarray, np.ndarray]:
@@ -135,10 +147,11 @@ def check_architecture(architecture, input_side: int = 28) -> list[int]:
 
 def init_network(architecture, weights: str = "binary", seed: int = 0, input_side: int = 28,
                  init_scale: float = 1.0, dropout: str | None = None, keep: float = 0.8,
-                 dtype=np.float64, mask_reading: str = "absent") -> Network:
+                 dtype=np.float64, mask_reading: str = "absent", real_update: str = "spec") -> Network:
     """A new network: h ~ Uniform with variance init_scale/K per unit (K: the connected inputs), b = 0
     (docs/maths.md §Posterior parametrisation). Masked-out weights are exactly 0 and stay 0; `mask_reading`
-    says whether they are absent or held at h = 0 (MASK_READINGS). The same seed gives the same network."""
+    says whether they are absent or held at h = 0 (MASK_READINGS); `real_update` which real-weight update
+    trains it (REAL_UPDATES). The same seed gives the same network."""
     if weights not in WEIGHT_TYPES:
         raise ValueError(f"unknown weight type {weights!r}; choose 'binary' or 'real'")
     if dropout not in DROPOUT_KINDS:
@@ -149,6 +162,11 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
         raise ValueError(f"init_scale={init_scale} must be positive")
     if mask_reading not in MASK_READINGS:
         raise ValueError(f"unknown mask reading {mask_reading!r}; choose 'absent' or 'held'")
+    if real_update not in REAL_UPDATES:
+        raise ValueError(f"unknown real-weight update {real_update!r}; choose one of {', '.join(REAL_UPDATES)}")
+    if real_update != "spec" and weights != "real":
+        raise ValueError(f"real_update={real_update!r} applies to real weights only: the authors' binary code "
+                         f"computes the spec's update, so binary weights take real_update='spec'")
     check_architecture(architecture, input_side)
     rng = np.random.default_rng(seed)
     layers, width, side = [], input_side ** 2, input_side
@@ -166,7 +184,7 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
         layers.append(Layer(h.astype(dtype), np.zeros(units, dtype), mask, held=mask_reading == "held"))
         width = units
     return Network(layers, weights, [list(s) if isinstance(s, tuple) else s for s in architecture],
-                   input_side, dropout, keep, mask_reading)
+                   input_side, dropout, keep, mask_reading, real_update)
 
 
 def paper_architecture(name: str, n_classes: int = 10) -> list:
@@ -238,7 +256,8 @@ def forward(net: Network, x: np.ndarray, train: bool = False, rng=None) -> Pass:
     if net.dropout == "analytic":
         nu2 = (1.0 - 4.0 * net.keep * (1.0 - net.keep)) * nu2
     out = Pass([], [], [], [], [], [])
-    for layer in net.layers:
+    extra_variance = net.real_update_parts[1]
+    for k, layer in enumerate(net.layers):
         mask = None
         if net.dropout == "sampled":
             if train:
@@ -250,6 +269,8 @@ def forward(net: Network, x: np.ndarray, train: bool = False, rng=None) -> Pass:
                 v2 = np.full_like(nu, net.keep ** 2) if v2 is None else net.keep ** 2 * v2
             nu2 = nu * nu
         mu, sigma2, w_mean = layer_moments(layer, net.weights, nu, v2, nu2)
+        if extra_variance and k > 0:
+            sigma2 = sigma2 + authors_variance_term(layer)
         out.inputs.append(nu)
         out.w_mean.append(w_mean)
         out.masks.append(mask)
@@ -259,6 +280,14 @@ def forward(net: Network, x: np.ndarray, train: bool = False, rng=None) -> Pass:
         out.nu.append(nu)
         v2, nu2 = None, nu * nu
     return out
+
+
+def authors_variance_term(layer: Layer):
+    """What the authors' real-weight code adds to σ² of every layer after the first: it computes
+    σ² = 1 + (Σ_r ⟨W_r⟩²(1 − ν_r²) + 1)/N where layer_moments gives (K + Σ_r ⟨W_r⟩²(1 − ν_r²) + 1)/N for K
+    inputs of ⟨v²⟩ = 1 and Var W = 1; with N = K + 1 the difference is 1/N (docs/maths.md §The authors'
+    real-weight code)."""
+    return 1.0 / layer.normaliser
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -286,12 +315,17 @@ def backward(net: Network, fwd: Pass, y: np.ndarray, step: int | None = None) ->
 
         Δ_{l−1} = 2 N(0|μ_{l−1},σ²_{l−1}) Σ_j ⟨W_{j·,l}⟩ Δ_{j,l} / sqrt(N_{j,l})
 
-    Sampled dropout zeroes the Δ of dropped units. Raises FloatingPointError naming the layer (and `step`)
-    if a Δ is not finite, before any update.
+    (the authors' real-weight code, REAL_UPDATES "authors" and "authors-delta", updates layer l first and uses
+    ⟨W_l⟩ + δh_l instead). Sampled dropout zeroes the Δ of dropped units. Raises FloatingPointError naming the
+    layer (and `step`) if a Δ is not finite, before any update.
     """
+    through_updated = net.real_update_parts[0]
     deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
     for k in range(len(net.layers) - 1, 0, -1):
-        back = (deltas[0] / np.sqrt(net.layers[k].normaliser)) @ fwd.w_mean[k]
+        w_mean = fwd.w_mean[k]
+        if through_updated:  # real weights: ⟨W⟩ = h, so the updated mean is ⟨W⟩ + δh
+            w_mean = w_mean + layer_increment(net.layers[k], fwd.inputs[k], deltas[0])
+        back = (deltas[0] / np.sqrt(net.layers[k].normaliser)) @ w_mean
         delta = 2.0 * gaussian_at_zero(fwd.mu[k - 1], fwd.sigma2[k - 1]) * back
         if fwd.masks[k] is not None:
             delta *= fwd.masks[k]
@@ -328,16 +362,18 @@ def nonfinite_origin(net: Network, fwd: Pass) -> str:
 # Update: the first-order Bayes update of every factor, summed over the minibatch (docs/maths.md §Update)
 # ----------------------------------------------------------------------------------------------------------
 
-def increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.ndarray]:
-    """The h increment of every layer, ∂ ln P(v_L = y)/∂⟨W⟩ summed over the minibatch (0 where masked out):
+def layer_increment(layer: Layer, nu_prev, delta) -> np.ndarray:
+    """One layer's h increment, ∂ ln P(v_L = y)/∂⟨W⟩ summed over the minibatch (0 where masked out):
 
         δh_ij = Σ_batch Δ_i ν_j / sqrt(N_i)     (ν_j = x_j at the first layer)
     """
-    out = []
-    for layer, nu_prev, delta in zip(net.layers, fwd.inputs, deltas):
-        inc = (delta / np.sqrt(layer.normaliser)).T @ nu_prev
-        out.append(inc * layer.mask if layer.mask is not None else inc)
-    return out
+    inc = (delta / np.sqrt(layer.normaliser)).T @ nu_prev
+    return inc * layer.mask if layer.mask is not None else inc
+
+
+def increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.ndarray]:
+    """The h increment of every layer (layer_increment)."""
+    return [layer_increment(layer, nu_prev, delta) for layer, nu_prev, delta in zip(net.layers, fwd.inputs, deltas)]
 
 
 def update(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> None:
@@ -488,7 +524,8 @@ def _float32_ebp_p(net32: Network, moments: list, x) -> np.ndarray:
     nu = x.astype(np.float32)
     v2 = nu * nu
     nu2 = (1.0 - 4.0 * net32.keep * (1.0 - net32.keep)) * v2 if net32.dropout == "analytic" else v2
-    for layer, (w_mean, w_mean2, mask) in zip(net32.layers, moments):
+    extra_variance = net32.real_update_parts[1]
+    for k, (layer, (w_mean, w_mean2, mask)) in enumerate(zip(net32.layers, moments)):
         if net32.dropout == "sampled":  # test time: the weights scaled by p
             nu, v2 = net32.keep * nu, net32.keep ** 2 * (np.ones_like(nu) if v2 is None else v2)
             nu2 = nu * nu
@@ -499,6 +536,8 @@ def _float32_ebp_p(net32: Network, moments: list, x) -> np.ndarray:
             m2_factor = nu2 if net32.weights == "binary" else nu2 - v2
         mu = (nu @ w_mean.T + layer.b) / np.sqrt(layer.normaliser)
         sigma2 = (second - m2_factor @ w_mean2.T) / layer.normaliser
+        if extra_variance and k > 0:
+            sigma2 = sigma2 + authors_variance_term(layer)
         nu, v2 = unit_mean(mu, sigma2), None
         nu2 = nu * nu
     return nu
@@ -621,6 +660,8 @@ def _config(net: Network) -> dict:
               "dropout": net.dropout, "keep": net.keep, "dtype": str(net.layers[0].h.dtype)}
     if net.mask_reading != "absent":  # only then: checkpoints of "absent" networks record no mask_reading and
         config["mask_reading"] = net.mask_reading  # must still compare equal to the configuration of their runs
+    if net.real_update != "spec":  # likewise: only a variant update is recorded
+        config["real_update"] = net.real_update
     return config
 
 
@@ -673,7 +714,8 @@ def load_network(path) -> tuple[Network, dict]:
         net = init_network([tuple(s) if isinstance(s, list) else s for s in config["architecture"]],
                            config["weights"], 0, config["input_side"], dropout=config["dropout"],
                            keep=config["keep"], dtype=np.dtype(config["dtype"]),
-                           mask_reading=config.get("mask_reading", "absent"))
+                           mask_reading=config.get("mask_reading", "absent"),
+                           real_update=config.get("real_update", "spec"))
         for k, layer in enumerate(net.layers):
             h, b = arrays[f"h{k}"], arrays[f"b{k}"]
             if not (np.isfinite(h).all() and np.isfinite(b).all()):

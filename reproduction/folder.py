@@ -78,12 +78,14 @@ def split_results_folder(name: str) -> tuple[str, str]:
     return name, "mnist"
 
 
-def run_key(run_id: str, dropout: str | None = None, seed: int = 0, mask_reading: str = "absent") -> str:
+def run_key(run_id: str, dropout: str | None = None, seed: int = 0, mask_reading: str = "absent",
+            real_update: str = "spec") -> str:
     """The folder name of a run: its run id, plus the dropout reading (`dropout`) for dropout runs, plus -held
-    for spatial runs with the held mask reading, plus -seed<N> for seeds other than 0 (seed 0 and the absent
-    reading add nothing: the committed runs of seed 0 and of the absent reading lie in folders named so)."""
+    for spatial runs with the held mask reading, plus the real-weight update where it is not the spec's (e.g.
+    -authors), plus -seed<N> for seeds other than 0 (the defaults add nothing: the committed runs of seed 0, the
+    absent reading and the spec's update lie in folders named so)."""
     return (run_id + (f"-{dropout}" if dropout else "") + ("-held" if mask_reading == "held" else "")
-            + (f"-seed{seed}" if seed else ""))
+            + (f"-{real_update}" if real_update != "spec" else "") + (f"-seed{seed}" if seed else ""))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -257,7 +259,8 @@ def checkpoint_settings(meta: dict) -> dict:
     network saved by other means has none)."""
     network = meta["config"]
     settings = {"layers": network["architecture"], "weights": network["weights"], "dropout": network["dropout"],
-                "keep": network["keep"], "mask_reading": network.get("mask_reading", "absent")}
+                "keep": network["keep"], "mask_reading": network.get("mask_reading", "absent"),
+                "real_update": network.get("real_update", "spec")}
     run = meta.get("run", {})
     settings.update({k: v for k, v in run.items() if k in RUN_CONFIG_KEYS or k in ("seed", "batch_size")})
     return settings

@@ -19,6 +19,7 @@ from reproduction.parameters import (
     MASK_READINGS,
     NOTEBOOK,
     PROFILES,
+    REAL_UPDATES,
     WEIGHTS,
     check_dataset,
     validate_parameters,
@@ -89,6 +90,8 @@ def select_rows(rows: list[dict], tables=None, columns=None, run_ids=None, weigh
         aliases = {f"{r['run_id']}-{reading}": r["run_id"] for r in rows if r["dropout"] == "yes"
                    for reading in DROPOUT_READINGS}  # the folder names of dropout runs work too
         aliases.update({f"{r['run_id']}-held": r["run_id"] for r in rows if r["table"] == 4})  # and held ones
+        aliases.update({f"{r['run_id']}-{update}": r["run_id"] for r in rows if r["weights"] == "real"
+                        for update in REAL_UPDATES[1:]})  # and those of the authors' real-weight update
         check([i for i in run_ids if i not in aliases], sorted(known), "run id")
         wanted = {aliases.get(i, i) for i in run_ids}
         out = [r for r in out if r["run_id"] in wanted]
@@ -118,8 +121,19 @@ def check_mask_reading(rows: list[dict], mask_reading: str) -> None:
                          f"select --table 4")
 
 
+def check_real_update(rows: list[dict], real_update: str) -> None:
+    """The authors' real-weight update (REAL_UPDATES other than "spec") exists for real weights only: ValueError,
+    saying what to select, if `rows` hold binary-weight cells."""
+    if real_update not in REAL_UPDATES:
+        raise ValueError(f"unknown real-weight update {real_update!r}; choose one of {', '.join(REAL_UPDATES)}")
+    if real_update != "spec" and any(r["weights"] != "real" for r in rows):
+        raise ValueError(f"the real-weight update {real_update!r} applies to real weights only, but the selection "
+                         f"holds binary-weight runs: select --weights real")
+
+
 def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs_dir=RUNS_DIR,
-              seeds=(0,), data_dir=None, mask_reading: str = "absent", dataset: str | None = None) -> list[dict]:
+              seeds=(0,), data_dir=None, mask_reading: str = "absent", dataset: str | None = None,
+              real_update: str = "spec") -> list[dict]:
     """One job per run among `rows` and seed (EBP-P and EBP-D rows share a run), in table order, seeds inner.
 
     `profile` is a name in PROFILES or a dict like them (tests use tiny custom ones). The data folder (`data_dir`,
@@ -127,9 +141,12 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
     from other shells read the same files. `mask_reading` "held" (Table 4 rows only: check_mask_reading) trains
     the spatial layers with the paper's non-connected weights held at h = 0, into folders ending in -held.
     `dataset` (None: the rows' own, MNIST) trains the same runs on another data set, into
-    <runs_dir>/<results_folder(profile, dataset)>/<run>/ (e.g. paper-fashion-mnist/binary-200).
+    <runs_dir>/<results_folder(profile, dataset)>/<run>/ (e.g. paper-fashion-mnist/binary-200). `real_update`
+    (real-weight rows only: check_real_update) trains with the authors' real-weight update, into folders ending in
+    -authors (or -authors-delta, -authors-variance).
     """
     check_mask_reading(rows, mask_reading)
+    check_real_update(rows, real_update)
     if dataset is not None:
         rows = dataset_rows(rows, dataset)
     profile = PROFILES[profile] if isinstance(profile, str) else profile
@@ -138,11 +155,11 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
     jobs = []
     for run in table_runs(rows, reading):
         for seed in seeds:
-            key = run_key(run["run_id"], run["dropout"], seed, mask_reading)
+            key = run_key(run["run_id"], run["dropout"], seed, mask_reading, real_update)
             out = Path(runs_dir) / results_folder(profile["name"], run["dataset"]) / key
             params = validate_parameters({
                 "dataset": run["dataset"], "architecture": run["architecture"], "weights": run["weights"],
-                "mask_reading": mask_reading,
+                "mask_reading": mask_reading, "real_update": real_update,
                 "dropout": run["dropout"], "keep": run["keep"], "epochs": profile["epochs"],
                 "batch_size": profile["batch_size"], "seed": seed, "n_train": profile["n_train"],
                 "output_dir": os.path.relpath(out, NOTEBOOK.parent)})

@@ -23,6 +23,7 @@ DEFAULT_PARAMETERS = {
     "architecture": "200",
     "weights": "binary",
     "mask_reading": "absent",
+    "real_update": "spec",
     "dropout": None,
     "keep": 0.8,
     "epochs": 2,
@@ -57,6 +58,8 @@ DATASET_CHOICES = ("mnist", "fashion-mnist")  # the data sets of ebp_data.DATASE
 WEIGHTS = ("binary", "real")
 PREPROCESSINGS = ("pixel", "global", "unit")
 MASK_READINGS = ebp_lib.MASK_READINGS  # absent (default) or held: docs/maths.md §Spatial filtering
+# spec (default) or the authors' real-weight code, both differences or one: docs/maths.md §The authors' real-weight code
+REAL_UPDATES = tuple(ebp_lib.REAL_UPDATES)
 # What a checkpoint must have been trained with to be resumed, besides what ebp_lib.fit compares itself (the
 # network, seed, batch size, engine): passed to fit as run_config and stored in the checkpoint.
 RUN_CONFIG_KEYS = ("dataset", "architecture", "weights", "dropout", "keep", "n_train", "preprocessing",
@@ -135,6 +138,11 @@ def validate_parameters(params: dict) -> dict:
             and not is_spatial(p["architecture"]):
         bad("mask_reading", f"architecture {p['architecture']!r} has no locally connected layer, so there is "
                             "nothing to hold; 'held' applies to spatial architectures (block13, 361-100)")
+    if p["real_update"] not in REAL_UPDATES:
+        bad("real_update", f"choose one of {', '.join(REAL_UPDATES)} (spec: the paper's equations; authors: the "
+                           f"authors' Real_EBP_minibatch.m; authors-delta / authors-variance: one of its two differences)")
+    elif p["real_update"] != "spec" and p["weights"] != "real":
+        bad("real_update", "the authors' code differs from the spec for real weights only; binary weights take 'spec'")
     if isinstance(p["dropout"], str) and p["dropout"].lower() in ("none", "off", ""):
         p["dropout"] = None
     if p["dropout"] not in (None, *DROPOUT_READINGS):
@@ -165,11 +173,13 @@ def validate_parameters(params: dict) -> dict:
 def run_config(params: dict) -> dict:
     """The settings a checkpoint of this experiment records and a resumed run must share (ebp_lib.fit's
     run_config): data set and its preprocessing, training images, network and initialisation, dropout, and the
-    mask reading only where it is not the default: a checkpoint of the default reading records none (as ebp_lib
-    records none in the network), and must stay resumable by a run of that reading."""
+    mask reading and the real-weight update only where they are not the default: a checkpoint of the defaults
+    records neither (as ebp_lib records neither in the network), and must stay resumable by a run of them."""
     config = {name: params[name] for name in RUN_CONFIG_KEYS}
     if params["mask_reading"] != "absent":
         config["mask_reading"] = params["mask_reading"]
+    if params["real_update"] != "spec":
+        config["real_update"] = params["real_update"]
     return config
 
 
@@ -187,6 +197,8 @@ def describe_experiment(params: dict) -> str:
     dropout = "no dropout" if params["dropout"] is None else f"{params['dropout']} dropout, p = {params['keep']}"
     n = f"{params['n_train']:,}" if params["n_train"] is not None else f"all {FULL_TRAIN:,}"
     masks = (f" (non-connected weights {params['mask_reading']})" if is_spatial(params["architecture"]) else "")
+    if params["real_update"] != "spec":
+        masks += f", real-weight update {params['real_update']} (the authors' code)"
     return (f"{params['dataset']}, {params['weights']} weights, architecture {params['architecture']} "
             f"{architecture_layers(params['architecture'])}{masks}, {dropout}; {n} training images "
             f"({params['preprocessing']} standardisation), {params['epochs']} epochs, batch size "

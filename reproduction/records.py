@@ -128,7 +128,7 @@ def describe_error(err: BaseException, path=None) -> str:
 # Run records: result.json of every kind of run, one writer (write_record), one reader (read_record)
 # ----------------------------------------------------------------------------------------------------------
 
-RECORD_FORMAT = 2  # the version of result.json that write_record writes and every reader receives
+RECORD_FORMAT = 3  # the version of result.json that write_record writes and every reader receives
 METHODS = ("ebp", "backprop")  # EBP runs (reproduction.folder.EpochRecorder) and the backprop baseline
 HISTORY_ERRORS = {"ebp": ("test_ebp_p", "test_ebp_d", "train_ebp_p", "train_ebp_d"),
                   "backprop": ("test_error", "validation_error", "train_error")}
@@ -169,17 +169,29 @@ def upgrade_record(data: dict) -> dict:
     `python -m reproduction.results upgrade FILE...` rewrites files once (upgrade_files).
 
     Format 1 (EBP runs only; written before a record named its method): gains method "ebp", and parameters without
-    a mask_reading gain mask_reading "absent", the only reading there was when they ran (placed after `weights`, as
-    the experiment's parameters are ordered)."""
-    if data.get("format") == 1 and data.get("method", "ebp") == "ebp":
-        data = {"format": RECORD_FORMAT, "method": "ebp", **{k: v for k, v in data.items() if k not in ("format",
-                                                                                                    "method")}}
-        params = data.get("parameters")
-        if isinstance(params, dict) and "mask_reading" not in params:
-            items = list(params.items())
-            at = next((i + 1 for i, (k, _) in enumerate(items) if k == "weights"), len(items))
-            data["parameters"] = dict(items[:at] + [("mask_reading", "absent")] + items[at:])
+    a mask_reading gain mask_reading "absent", the only reading there was when they ran. Formats 1 and 2 (EBP
+    runs): parameters without a real_update gain real_update "spec", the only update there was. Each is placed
+    where the experiment's parameters have it (after `weights`, then after `mask_reading`). Backprop records of
+    format 2 are those of format 3."""
+    if data.get("format") not in (1, 2) or data.get("method", "ebp") not in METHODS:
+        return data
+    method = data.get("method", "ebp")
+    data = {"format": RECORD_FORMAT, "method": method, **{k: v for k, v in data.items() if k not in ("format",
+                                                                                               "method")}}
+    params = data.get("parameters")
+    if method == "ebp" and isinstance(params, dict):
+        params = _insert_after(params, "weights", "mask_reading", "absent")
+        data["parameters"] = _insert_after(params, "mask_reading", "real_update", "spec")
     return data
+
+
+def _insert_after(params: dict, after: str, name: str, value) -> dict:
+    """`params` with `name` = `value` placed after the key `after` (at the end without it), if it has no `name`."""
+    if name in params:
+        return params
+    items = list(params.items())
+    at = next((i + 1 for i, (k, _) in enumerate(items) if k == after), len(items))
+    return dict(items[:at] + [(name, value)] + items[at:])
 
 
 def check_record_fields(data, where) -> dict:

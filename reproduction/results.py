@@ -196,17 +196,19 @@ def seed_of(result: dict) -> int:
 
 
 def matches(row: dict, result: dict, reading: str = "sampled", seed: int | None = 0,
-            mask_reading: str = "absent") -> bool:
+            mask_reading: str = "absent", real_update: str = "spec") -> bool:
     """Whether a result was trained in the configuration of a table row (with the paper's defaults for the
     data: MNIST, per-pixel standardisation, reference initialisation), with seed `seed` (None: any seed), the
-    dropout reading `reading` (Table 3) and the mask reading `mask_reading` (Table 4; the other tables have no
-    masks, so only results of the default reading fill them)."""
+    dropout reading `reading` (Table 3), the mask reading `mask_reading` (Table 4; the other tables have no
+    masks, so only results of the default reading fill them) and the real-weight update `real_update` (binary
+    rows: the spec's, the only one)."""
     p = result["parameters"]
     dropout = reading if row["dropout"] == "yes" else None
     masks = mask_reading if row["table"] == 4 else "absent"
     return (p["dataset"] == row["dataset"] and p["architecture"] == row["architecture"]
             and p["weights"] == row["weights"] and p["dropout"] == dropout
             and (dropout is None or p["keep"] == row["keep"]) and p["mask_reading"] == masks
+            and p["real_update"] == (real_update if row["weights"] == "real" else "spec")
             and p["preprocessing"] == "pixel" and p["std_floor"] == 0 and p["init_scale"] == 1
             and (seed is None or seed_of(result) == seed))
 

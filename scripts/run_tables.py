@@ -82,6 +82,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="Table 4 only: the weights outside a spatial unit's block are absent (default) or "
                              "held at h = 0 as in the paper's full matrix (docs/maths.md, Spatial filtering); "
                              "held runs go to <run>-held/, e.g. binary-block13-held")
+    parser.add_argument("--real-update", choices=parameters.REAL_UPDATES, default="spec",
+                        help="real weights only: the spec's update (default) or the authors' Real_EBP_minibatch.m "
+                             "(authors: both of its differences; authors-delta: Δ back-propagated through the "
+                             "updated weights; authors-variance: σ² + 1/N after the first layer; docs/maths.md); "
+                             "such runs go to <run>-<update>/, e.g. real-200-200-authors")
     parser.add_argument("--dataset", choices=parameters.DATASET_CHOICES, default="mnist",
                         help="train the same runs on this data set (default mnist, the paper's); another data set's "
                              "runs go to outputs/runs/<profile>-<dataset>/, e.g. paper-fashion-mnist/binary-200")
@@ -145,11 +150,12 @@ def main(argv=None) -> int:
         return 2
     try:
         paper_tables.check_mask_reading(rows, args.mask_reading)
+        paper_tables.check_real_update(rows, args.real_update)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     jobs = paper_tables.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed, args.data_dir,
-                                  args.mask_reading, args.dataset)
+                                  args.mask_reading, args.dataset, args.real_update)
     if args.list:
         list_jobs(jobs)
         return 0
@@ -157,7 +163,7 @@ def main(argv=None) -> int:
     n_train = profile["n_train"] or parameters.FULL_TRAIN
     print(f"profile {args.profile}: {profile['epochs']} epochs, {n_train:,} training images of {args.dataset}; "
           f"seeds {', '.join(map(str, args.seed))}; dropout reading "
-          f"{args.dropout_reading}; mask reading {args.mask_reading}; results in "
+          f"{args.dropout_reading}; mask reading {args.mask_reading}; real-weight update {args.real_update}; results in "
           f"{args.runs_dir / folder.results_folder(args.profile, args.dataset)}")
     try:
         outcomes = runner.run_batch(jobs, args.jobs, args.scheduler, args.progress_every,

@@ -166,7 +166,7 @@ def test_fast_unit_means_use_an_accurate_erf():
     sigma2, nu = np.empty_like(mu), np.empty_like(mu)
     expected = special.erf(mu[0].astype(np.float64) / np.sqrt(2 * 0.5))
     moments = ebp_fast.Moments(mu, q, second, sigma2, nu)
-    ebp_fast._finish_layer(moments, b, n, n, np.zeros((1, 0), np.float32), True, True, 1)
+    ebp_fast._finish_layer(moments, b, n, n, np.zeros((1, 0), np.float32), True, True, 1, np.float32(0))
     assert np.isnan(nu[0, 5]) and np.isfinite(np.delete(nu[0], 5)).all()
     assert np.nanmax(np.abs(nu[0] - expected)) < 3.5e-7
 

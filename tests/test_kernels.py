@@ -205,17 +205,17 @@ def check_finish_layer(kernel, reference):
     same μ and σ² computed in float64."""
     rng = np.random.default_rng(7)
     batch, units, width = 6, 9, 30
-    for masked in (False, True):
+    for masked, extra in ((False, 0), (True, 0), (False, 1), (True, 1)):
         v2_in = rng.uniform(0, 2, (batch, width)).astype(np.float32)
         second = (rng.uniform(1, 30, (batch, units)) if masked else np.zeros((batch, units))).astype(np.float32)
         dense = v2_in.astype(np.float64).sum(axis=1, keepdims=True) + 1
-        total = second.astype(np.float64) if masked else dense
+        total = (second.astype(np.float64) if masked else dense) + extra  # extra: the authors' real-weight σ²
         m2_terms = (rng.uniform(0, 0.9, (batch, units)) * total).astype(np.float32)
         products = (rng.standard_normal((batch, units)) * 5).astype(np.float32)
         b = rng.standard_normal(units).astype(np.float32)
         n = rng.integers(5, 40, units).astype(np.float32)
         moments = ebp_fast.Moments(products.copy(), m2_terms, second, np.empty_like(second), np.empty_like(second))
-        kernel(moments, b, n, (1 / np.sqrt(n)).astype(np.float32), v2_in, masked, True, batch)
+        kernel(moments, b, n, (1 / np.sqrt(n)).astype(np.float32), v2_in, masked, True, batch, np.float32(extra))
         mu = (products.astype(np.float64) + b) / np.sqrt(n)
         sigma2 = (total - m2_terms) / n
         assert_within(moments.mu, mu, 4 * U32 * (np.abs(products) + np.abs(b)) / np.sqrt(n), "μ")
@@ -224,6 +224,22 @@ def check_finish_layer(kernel, reference):
         z = mu / np.sqrt(2 * sigma2)
         assert_within(moments.nu, reference(mu, sigma2), ERF32_ERROR + 1.2 * 8 * U32 * np.abs(z)
                       + 1.2 * np.abs(z) * (bound_second / n) / sigma2, "ν")
+
+
+def check_updated_back(kernel, reference):
+    """Σ_i d_si δh_ij, δh = (dᵀ ν) × mask, against float64 numpy, unmasked (the batch×batch form) and masked;
+    the bound is float32 rounding of sums of |terms|."""
+    rng = np.random.default_rng(19)
+    batch, units, width = 7, 11, 30
+    d = (rng.standard_normal((batch, units)) * 0.3).astype(np.float32)
+    nu = rng.uniform(-1, 1, (batch, width)).astype(np.float32)
+    for mask in (np.zeros((0, 0), np.float32), (rng.random((units, width)) < 0.4).astype(np.float32)):
+        full = mask if mask.size else np.ones((units, width))
+        d64, nu64 = d.astype(np.float64), nu.astype(np.float64)
+        expected = d64 @ ((d64.T @ nu64) * full)
+        magnitude = np.abs(d64) @ ((np.abs(d64).T @ np.abs(nu64)) * full)
+        assert_within(kernel(d, nu, mask), expected, 2 * gamma(batch + units + 2) * magnitude,
+                      f"Δ·δh, {'masked' if mask.size else 'dense'}")
 
 
 def fast_net(weights, dropout, architecture=(9, 7, 5), side=4, seed=1):
@@ -400,6 +416,7 @@ CHECKS = {
                "_refresh_row": check_refresh_row, "_layer_pass": check_layer_pass,
                "_online_pass": check_online_pass, "_finish_layer": check_finish_layer,
                "_load_inputs": check_load_inputs, "_back_product": check_back_product,
+               "_updated_back": check_updated_back,
                "_backward": check_backward, "_train_steps": check_train_steps},
     ebp_binary_kernels: {"popcount64": check_popcount64, "popcount_sums_kernel": check_popcount_sums_kernel,
                          "hidden_layer_kernel": check_hidden_layer_kernel,

@@ -50,36 +50,47 @@ def _record(tmp_path, **changes):
     return {**record, **changes}
 
 
-def test_a_first_format_record_is_read_as_the_current_one_and_upgraded_once(tmp_path):
-    """Format 1 (no method, no mask_reading) reads as format 2 through the one upgrader: method 'ebp', the
-    default reading placed after `weights`, nothing else changed; upgrade_files rewrites only such files, and
-    the rewritten text differs from the old in exactly those lines."""
+@pytest.mark.parametrize("old_format", [1, 2])
+def test_an_older_format_record_is_read_as_the_current_one_and_upgraded_once(tmp_path, old_format):
+    """Format 1 (no method, no mask_reading, no real_update) and format 2 (no real_update) read as the current
+    format through the one upgrader: method 'ebp', the default reading placed after `weights` and the spec's
+    update after it, nothing else changed; upgrade_files rewrites only such files, and the rewritten text
+    differs from the old in exactly those lines."""
     import json
 
     current = _record(tmp_path)
-    old = {k: v for k, v in current.items() if k != "method"}
-    old["format"], old["parameters"] = 1, {k: v for k, v in current["parameters"].items() if k != "mask_reading"}
+    dropped = ("mask_reading", "real_update") if old_format == 1 else ("real_update",)
+    old = {k: v for k, v in current.items() if old_format == 2 or k != "method"}
+    old["format"], old["parameters"] = old_format, {k: v for k, v in current["parameters"].items() if k not in dropped}
     path, done = tmp_path / "old" / "result.json", tmp_path / "current" / "result.json"
     path.parent.mkdir(), done.parent.mkdir()
     records.write_json(path, old)
     records.write_record(done, current, ebp_record_problems)
     assert records.read_record(path) == current
     names = list(records.read_record(path)["parameters"])
-    assert names[names.index("weights") + 1] == "mask_reading"
+    assert names[names.index("mask_reading") + 1] == "real_update"
+    assert old_format == 2 or names[names.index("weights") + 1] == "mask_reading"
     before, untouched = path.read_text().splitlines(), done.read_bytes()
     assert records.upgrade_files([path, done], ebp_record_problems, echo=lambda *_: None) == [path]
     assert done.read_bytes() == untouched and json.loads(path.read_text()) == current
     after = path.read_text().splitlines()
     added = [line for line in after if line not in before]
-    assert sorted(added) == sorted([' "format": 2,', ' "method": "ebp",', '  "mask_reading": "absent",'])
-    assert [line for line in before if line not in after] == [' "format": 1,']
+    expected = [f' "format": {records.RECORD_FORMAT},', '  "real_update": "spec",']
+    expected += [' "method": "ebp",', '  "mask_reading": "absent",'] if old_format == 1 else []
+    assert sorted(added) == sorted(expected)
+    assert [line for line in before if line not in after] == [f' "format": {old_format},']
+
+
+def test_a_backprop_record_of_format_2_reads_as_format_3_unchanged_otherwise():
+    old = {"format": 2, "method": "backprop", "parameters": {"hidden": [800]}}
+    assert records.upgrade_record(old) == {**old, "format": 3}
 
 
 @pytest.mark.parametrize("text, message", [
     ("{not json", "not JSON"),
     ("[1, 2]", "not a run record"),
-    ('{"format": 3, "method": "ebp"}', "format 3 is not a run record format"),
-    ('{"format": 2, "method": "sgd"}', "method 'sgd' is not one of ebp, backprop"),
+    ('{"format": 4, "method": "ebp"}', "format 4 is not a run record format"),
+    ('{"format": 3, "method": "sgd"}', "method 'sgd' is not one of ebp, backprop"),
 ])
 def test_the_reader_refuses_what_is_not_a_record_naming_the_file(tmp_path, text, message):
     path = tmp_path / "result.json"
