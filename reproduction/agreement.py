@@ -10,6 +10,8 @@ from the data, never by a typed sentence: each mechanism below is a computed tes
 - EBP-D rounding: an EBP-D cell above the band whose EBP-P cell, from the same runs, lies within it;
 - not converged: ours is above the paper and the runs' test error still falls at epoch 120 (least-squares
   slope over the last 40 epochs below −SLOPE_STILL_FALLING points per 10 epochs, mean over seeds);
+- the authors' real-weight code (real weights): the cell trained with the authors' update (variant "authors",
+  docs/maths.md §The authors' real-weight code) lies within the band;
 - otherwise "unexplained".
 """
 from __future__ import annotations
@@ -18,13 +20,16 @@ import math
 import statistics
 
 from reproduction.plots import trend
-from reproduction.results import cell_key
+from reproduction.results import OUTSIDE_MARK, cell_key
 from reproduction.results import paper_band as band
 
 SLOPE_STILL_FALLING = 0.1   # points per 10 epochs: beyond the epoch-to-epoch noise of a settled curve
 OTHER_VARIANT = {("main", 3): "Table 3 analytic", ("Table 3 analytic", 3): "main",
                  ("main", 4): "Table 4 held", ("Table 4 held", 4): "main"}
 MECHANISM_NAMES = {3: "dropout reading", 4: "mask reading"}
+# The variants of the real-weight update (ebp_lib.REAL_UPDATES other than the spec): variants of these names hold
+# the cells trained with them (results.table_cells(..., real_update=name)).
+UPDATE_VARIANTS = ("authors", "authors-delta", "authors-variance")
 VARIANT_READINGS = {"main": {3: "sampled", 4: "absent"}, "Table 3 analytic": {3: "analytic"},
                     "Table 4 held": {4: "held"}}
 
@@ -58,6 +63,12 @@ def mechanisms(row: dict, rows: list[dict], variants: dict, variant: str = "main
             reading = VARIANT_READINGS[other][row["table"]]
             found.append(f"{MECHANISM_NAMES[row['table']]}: the {reading} reading gives {alternative.mean:.2f}, "
                          f"within the band")
+    if variant == "main" and row["weights"] == "real" and "authors" in variants:
+        alternative = variants["authors"].get(cell_key(row))
+        judged = band(row, alternative)
+        if judged and not judged["outside"]:
+            found.append(f"the authors' real-weight code gives {alternative.mean:.2f} (n = "
+                         f"{len(alternative.pooled)}), within the band")
     judged = band(row, cell)
     if row["row"].endswith("-D") and judged["difference"] > 0:  # rounding can only lose accuracy
         sibling = _sibling(row, rows, row["row"][:-1] + "P")
@@ -107,6 +118,68 @@ def outside_list(table: int, rows: list[dict], variants: dict, variant: str = "m
         explained = mechanisms(r, rows, variants, variant)
         lines.append(f"- {cell_line(r, cells[cell_key(r)])}: {'; '.join(explained) or 'unexplained'}.")
     return "\n".join(lines)
+
+
+def _update_entry(row: dict, cell) -> str:
+    """'2.46 (n = 3, +0.04)' for a finished cell, with OUTSIDE_MARK where the paper lies outside its band; '·'."""
+    judged = band(row, cell)
+    if judged is None:
+        return "·"
+    return (f"{cell.mean:.2f} (n = {len(cell.pooled)}, {judged['difference']:+.2f})"
+            + (f" {OUTSIDE_MARK}" if judged["outside"] else ""))
+
+
+def update_comparison(rows: list[dict], variants: dict) -> str:
+    """Markdown: every real-weight cell run under one of UPDATE_VARIANTS, the paper's number beside ours with
+    the spec's update and with each variant (mean, seeds, ours − paper; OUTSIDE_MARK outside the band), then per
+    variant and output the mean of ours − paper over the cells it ran against the spec's on the same cells."""
+    present = [v for v in UPDATE_VARIANTS if variants.get(v)]
+    keys = [cell_key(r) for r in rows if any(cell_key(r) in variants[v] for v in present)]
+    if not keys:
+        return "No run of the authors' real-weight update yet."
+    by_key = {cell_key(r): r for r in rows}
+    lines = ["| cell | paper | ours, spec | " + " | ".join(f"ours, {v}" for v in present) + " |",
+             "|---|---|---|" + "---|" * len(present)]
+    for key in keys:
+        row = by_key[key]
+        entries = [_update_entry(row, variants["main"].get(key))] + [_update_entry(row, variants[v].get(key))
+                                                                     for v in present]
+        lines.append(f"| Table {row['table']} {row['row']} {row['column']} | {row['paper_error']:.2f} | "
+                     + " | ".join(entries) + " |")
+    lines.append("")
+    for v in present:
+        for output in ("EBP-P", "EBP-D"):
+            pairs = [(band(by_key[k], variants["main"].get(k)), band(by_key[k], variants[v].get(k))) for k in keys
+                     if by_key[k]["row"].endswith(output)]
+            pairs = [(a, b) for a, b in pairs if a and b]
+            if pairs:
+                spec = statistics.fmean(a["difference"] for a, _ in pairs)
+                other = statistics.fmean(b["difference"] for _, b in pairs)
+                inside = sum(not b["outside"] for _, b in pairs), sum(not a["outside"] for a, _ in pairs)
+                lines.append(f"- {v}, R-{output} ({len(pairs)} cells): ours − paper {other:+.2f} on average "
+                             f"(spec {spec:+.2f}); the paper's number within the band in {inside[0]} of {len(pairs)} "
+                             f"(spec {inside[1]}).")
+    lines += _gap_lines(rows, variants, present)
+    return "\n".join(lines)
+
+
+def _gap_lines(rows: list[dict], variants: dict, present: list[str]) -> list[str]:
+    """Per column run under a variant: R-EBP-D − R-EBP-P of the paper, of ours with the spec's update and with
+    each variant (means over seeds; the same runs give both outputs)."""
+    out = []
+    for p_row in (r for r in rows if r["weights"] == "real" and r["row"] == "R-EBP-P"):
+        d_row = next((r for r in rows if (r["table"], r["column"], r["row"]) == (p_row["table"], p_row["column"],
+                                                                                  "R-EBP-D")), None)
+        gaps = {}
+        for name in ["main", *present]:
+            p_cell, d_cell = variants[name].get(cell_key(p_row)), variants[name].get(cell_key(d_row))
+            if band(p_row, p_cell) and band(d_row, d_cell):
+                gaps[name] = d_cell.mean - p_cell.mean
+        if set(gaps) - {"main"}:
+            ours = ", ".join(f"{'spec' if k == 'main' else k} {v:+.2f}" for k, v in gaps.items())
+            out.append(f"- Table {p_row['table']} {p_row['column']}, R-EBP-D − R-EBP-P: paper "
+                       f"{d_row['paper_error'] - p_row['paper_error']:+.2f}; ours: {ours}.")
+    return out
 
 
 TABLE_MARKERS = {2: "o", 3: "s", 4: "^"}

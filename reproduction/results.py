@@ -297,11 +297,12 @@ class Cells(dict):
         self.rejected = dict(rejected or {})
 
 
-def rejected_runs(row: dict, rejected: dict, profile: str, reading: str, mask_reading: str) -> list[tuple]:
+def rejected_runs(row: dict, rejected: dict, profile: str, reading: str, mask_reading: str,
+                  real_update: str = "spec") -> list[tuple]:
     """[(seed, kind, run folder, why)] of the rejected results (Results.rejected) lying in the folders of a table
     row's run: <results_folder(profile, its data set)>/<run_key(...)>[-seed<N>]."""
     base = run_key(row["run_id"], reading if row["dropout"] == "yes" else None, 0,
-                   mask_reading if row["table"] == 4 else "absent")
+                   mask_reading if row["table"] == 4 else "absent", real_update if row["weights"] == "real" else "spec")
     pattern = re.compile(re.escape(base) + r"(?:-seed(\d+))?")
     out = []
     for run_dir, (kind, why) in sorted(rejected.items()):
@@ -318,9 +319,10 @@ def cell_key(row: dict) -> tuple:
 
 
 def table_cells(rows: list[dict], results: list[dict], profile: str = "paper", reading: str = "sampled",
-                mask_reading: str = "absent") -> Cells:
+                mask_reading: str = "absent", real_update: str = "spec") -> Cells:
     """cell_key -> Cell for every table row that has a result of `profile` in the given dropout and mask
-    readings (absent when none exists yet). Per seed the most complete result counts; the seeds whose result
+    readings and, for real-weight rows, the real-weight update `real_update` (absent when none exists yet; with
+    another update than the spec's, binary rows are left out). Per seed the most complete result counts; the seeds whose result
     shares the most complete protocol are pooled (a seed still training is listed, not pooled). Only results of
     the rows' data set fill them (matches): dataset_rows(rows, "fashion-mnist") gives the Fashion-MNIST cells.
     The rows' runs whose result.json was rejected (load_results) are in Cells.rejected, so that a table says so
@@ -332,12 +334,14 @@ def table_cells(rows: list[dict], results: list[dict], profile: str = "paper", r
     of_profile = [r for r in results if r["profile"] == profile]
     cells = Cells()
     for row in rows:
-        refused = rejected_runs(row, getattr(results, "rejected", {}), profile, reading, mask_reading)
+        if real_update != "spec" and row["weights"] != "real":
+            continue
+        refused = rejected_runs(row, getattr(results, "rejected", {}), profile, reading, mask_reading, real_update)
         if refused:
             cells.rejected[cell_key(row)] = refused
         per_seed = {}
         for result in of_profile:
-            if matches(row, result, reading, None, mask_reading):
+            if matches(row, result, reading, None, mask_reading, real_update):
                 seed = seed_of(result)
                 if seed not in per_seed or completeness(result) > completeness(per_seed[seed]):
                     per_seed[seed] = result

@@ -57,3 +57,25 @@ def test_the_other_reading_within_the_band_explains_a_table_4_cell(rows):
     assert text.startswith("Table 4 (absent): the paper's number lies within our band")
     assert "mask reading: the held reading gives 4.00, within the band." in text
     assert agreement.outside_list(4, rows, variants, "Table 4 held").endswith("in 2 of 2 finished cells.")
+
+
+def test_the_authors_real_weight_code_within_the_band_explains_a_real_cell(rows):
+    """A real-weight cell outside the band whose run under the authors' update lies within it names that
+    mechanism; the comparison table shows the paper, the spec and the variant, and the D − P gaps."""
+    p_row, d_row = cell_row(rows, 2, "R-EBP-P", "[800,800]"), cell_row(rows, 2, "R-EBP-D", "[800,800]")  # 2.10, 2.42
+    spec = run(d_row, 0.0300)  # EBP-D 3.00 (+0.58): outside
+    spec["final"]["test_ebp_p"] = 0.0210
+    authors = run(d_row, 0.0245, real_update="authors")
+    authors["final"]["test_ebp_p"] = 0.0212
+    variants = {"main": cells_of(rows, [spec]),
+                "authors": results.table_cells(rows, [authors], PAPER, real_update="authors")}
+    assert "authors" not in str(variants["main"]) and cell_row(rows, 2, "B-EBP-D", "200") not in \
+        [c.row for c in variants["authors"].values()]  # binary rows have no variant cells
+    found = agreement.mechanisms(d_row, rows, variants)
+    assert found[0] == "the authors' real-weight code gives 2.45 (n = 1), within the band"
+    text = agreement.update_comparison(rows, variants)
+    assert "| Table 2 R-EBP-D [800,800] | 2.42 | 3.00 (n = 1, +0.58) † | 2.45 (n = 1, +0.03) |" in text
+    assert "- authors, R-EBP-D (1 cells): ours − paper +0.03 on average (spec +0.58)" in text
+    assert "- Table 2 [800,800], R-EBP-D − R-EBP-P: paper +0.32; ours: spec +0.90, authors +0.33." in text
+    assert agreement.update_comparison(rows, {"main": variants["main"]}) == \
+        "No run of the authors' real-weight update yet."
