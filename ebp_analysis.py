@@ -324,3 +324,52 @@ def train_authors_loop(net: Network, x: np.ndarray, y: np.ndarray, minibatches, 
     for k, idx in enumerate(minibatches):
         seen = stale if lag else [layer.h for layer in net.layers]
         stale = stale_mean_train_step(net, x[idx], y[idx], seen, rng, step=k)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Calibration over repeated epochs (notebook 06) and the machine a benchmark ran on (reproduction_evidence)
+# ----------------------------------------------------------------------------------------------------------
+
+def calibration_gap(r: dict) -> float:
+    """Mean (observed frequency − confidence) over the predictions of a reliability() result, each bin weighted
+    by its count: > 0 under-confident on average, < 0 over-confident (notebook 06)."""
+    return float(np.nansum(r["count"] * (r["frequency"] - r["confidence"])) / r["count"].sum())
+
+
+def calibration_over_epochs(net: Network, x: np.ndarray, y: np.ndarray, x_test: np.ndarray, labels_test: np.ndarray,
+                            record_at, batch_size: int = 10, seed: int = 0,
+                            engine: str = DEFAULT_ENGINE) -> list[dict]:
+    """Train `net` in place on (x, y) for max(record_at) epochs, as fit does (each epoch a new random order from
+    `seed`), and after each epoch in `record_at` measure EBP-P's per-class calibration on the test set (notebook 06):
+    the top label's class probability p_c (class_log_probabilities) against whether that label is right.
+
+    Returns a list of {"epoch", "error", "ece", "gap" (calibration_gap), "confidence" (mean top p_c)}.
+    """
+    check_training(net, x, y, batch_size, engine)
+    rng, wanted, out = np.random.default_rng(seed), set(record_at), []
+    for epoch in range(max(record_at)):
+        train_steps(net, x, y, rng.permutation(len(x)), batch_size, rng, engine, epoch)
+        if epoch + 1 in wanted:
+            fwd = forward(net, x_test)
+            p = np.exp(class_log_probabilities(fwd.mu[-1], fwd.sigma2[-1]))
+            right = p.argmax(axis=1) == labels_test
+            r = reliability(p.max(axis=1), right)
+            out.append({"epoch": epoch + 1, "error": float(np.mean(~right)), "ece": r["ece"],
+                        "gap": calibration_gap(r), "confidence": float(p.max(axis=1).mean())})
+    return out
+
+
+def benchmark_machine(record: dict) -> dict:
+    """The machine a benchmark record (outputs/binary_inference.json) says it ran on, in one form for either
+    schema: {"cpu_model", "cores", "flags", "load_average_start", "load_average_end"}. A field the record does
+    not hold is None; nothing is filled in. Load averages are the 1, 5 and 15 minute values."""
+    machine = record.get("machine", {})
+    load = machine.get("load_average")
+    if isinstance(load, dict):  # {"start": [...], "end": [...]}
+        start, end = load.get("start"), load.get("end")
+    elif load is not None:  # one reading
+        start, end = load, None
+    else:
+        start, end = machine.get("load_average_at_start"), machine.get("load_average_at_end")
+    return {"cpu_model": machine.get("cpu_model"), "cores": machine.get("cores"), "flags": machine.get("flags"),
+            "load_average_start": start, "load_average_end": end}

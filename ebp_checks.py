@@ -572,3 +572,25 @@ def train_epoch_variant(net: Network, x: np.ndarray, y: np.ndarray, batch_size: 
             n = norm.normaliser - 1 if misprints.get("sqrt_k") == "backward" else norm.normaliser
             layer.h += inc
             layer.b += (delta / np.sqrt(n)).sum(axis=0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Finite differences in the biases: the b line of ebp_lib.update (notebook 05)
+# ----------------------------------------------------------------------------------------------------------
+
+def log_likelihood_of_bias(net: Network, fwd: Pass, y: np.ndarray, k: int, b: np.ndarray) -> float:
+    """Σ_i ln Φ(y_i μ_{i,L}/σ_{i,L}) as a function of layer k's bias b (layers numbered from 0), every σ and every
+    ⟨W⟩ held at the values of the forward pass `fwd` (docs/maths.md §The same update as a gradient): b enters
+    μ_k = (⟨W_k⟩ ν_{k−1} + b)/sqrt(N_k) for every image of the minibatch; log_likelihood_from does the rest."""
+    mu = (fwd.inputs[k] @ fwd.w_mean[k].T + b) / np.sqrt(net.layers[k].normaliser)
+    return log_likelihood_from(net, fwd, y, k, mu=mu)
+
+
+def numerical_bias_increments(net: Network, fwd: Pass, y: np.ndarray, eps: float = 1e-5) -> list[np.ndarray]:
+    """Finite-difference reference for the bias increments: ∂ ln P(v_L = y)/∂b_l of every layer, σ and ⟨W⟩ held
+    fixed, by central differences of log_likelihood_of_bias. What ebp_lib.update should add to each layer's b:
+
+        Δb_i = Σ_batch Δ_i / sqrt(N_i)      (docs/maths.md §Update)
+    """
+    return [_central_difference(lambda b, k=k: log_likelihood_of_bias(net, fwd, y, k, b), layer.b.astype(float), eps)
+            for k, layer in enumerate(net.layers)]
