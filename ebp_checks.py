@@ -27,6 +27,7 @@ from ebp_lib import (
     hard_sign,
     increments,
     layer_moments,
+    log_phi_ratio,
     output_delta,
     sign_network,
     unit_mean,
@@ -221,6 +222,75 @@ def tangent_secant_ratios(n_weights: int, n_trials: int, rng, h_scale: float = 1
         for i in np.flatnonzero(np.abs(m) > confident):
             ratios[bool(np.sign(secant[i]) == np.sign(m[i]))].append(abs(tangent[i]) / abs(secant[i]))
     return {agree: np.array(r) for agree, r in ratios.items()}
+
+
+# Several passes (epochs) over the same examples, for many binary perceptrons at once (notebook 01 §9). Vectorised
+# over tasks; one pass of perceptron_passes is online_posteriors on each task (tests/test_checks.py checks it).
+
+def perceptron_log_likelihood(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """ln P(y_n | x_n, W) = ln Φ(y_n W·x_n) of the noisy perceptron (zero bias) for every example and every
+    configuration W of binary_configurations(K): xs (T, n, K) inputs of T tasks, ys (T, n) ±1 labels.
+    Returns (T, n, 2^K)."""
+    configs = binary_configurations(xs.shape[-1])
+    return special.log_ndtr(ys[..., None] * (xs @ configs.T))
+
+
+def perceptron_passes(xs: np.ndarray, ys: np.ndarray, n_passes: int) -> dict[str, np.ndarray]:
+    """n_passes passes over the examples (xs[t, n], ys[t, n]) of T binary perceptrons (zero bias, uniform prior
+    h = 0), in the same order every pass, three ways:
+      "exact"       Bayes' rule applied once per example per pass: after k passes the posterior
+                    ∝ Π_n P(y_n | x_n, W)^k (the likelihood raised to the power k), as marginal h;
+      "mean field"  one exact Bayes step from the factorised posterior, then its marginals, after every example;
+      "EBP"         EBP's closed-form increment after every example (ebp_h_increment of a perceptron).
+    Returns each one's h after 0, 1, …, n_passes passes, (n_passes + 1, T, K)."""
+    configs = binary_configurations(xs.shape[-1])
+    plus, minus = (configs > 0).astype(float), (configs < 0).astype(float)
+    log_lik = perceptron_log_likelihood(xs, ys)
+
+    def marginals(log_q):                       # h_i = ½ ln[P(W_i = +1) / P(W_i = −1)] of each task's q ∝ e^log_q
+        p = special.softmax(log_q, axis=-1)
+        return 0.5 * (np.log(p @ plus) - np.log(p @ minus))
+
+    h_mf, h_ebp = np.zeros(xs.shape[::2]), np.zeros(xs.shape[::2])
+    out = {"exact": [h_mf.copy()], "mean field": [h_mf.copy()], "EBP": [h_ebp.copy()]}
+    for k in range(1, n_passes + 1):
+        for n in range(xs.shape[1]):
+            h_mf = marginals(h_mf @ configs.T + log_lik[:, n])
+            x, y, m = xs[:, n], ys[:, n], np.tanh(h_ebp)
+            sigma = np.sqrt(((1.0 - m * m) * x * x).sum(axis=1) + 1.0)    # docs/maths.md §Forward pass, N·σ²
+            t = y * (m * x).sum(axis=1) / sigma
+            h_ebp = h_ebp + (y / sigma * np.exp(log_phi_ratio(t)))[:, None] * x   # Δ·x/√N, the √N cancelled
+        out["exact"].append(marginals(k * log_lik.sum(axis=1)))
+        out["mean field"].append(h_mf.copy())
+        out["EBP"].append(h_ebp.copy())
+    return {name: np.array(hs) for name, hs in out.items()}
+
+
+def perceptron_predictive(log_q: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """P(y = +1 | x) = Σ_W q(W) Φ(W·x) of T noisy perceptrons under the distributions q ∝ exp(log_q) (T, 2^K) over
+    the configurations (log_q = h @ configs.T for a factorised one), for shared test inputs x (S, K). Returns (T, S)."""
+    configs = binary_configurations(x.shape[-1])
+    return special.softmax(log_q, axis=-1) @ special.ndtr(configs @ x.T)
+
+
+def perceptron_ebp_p(h: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """EBP-P's P(y = +1 | x) = (1 + ν)/2 = Φ(μ/σ) of T perceptrons with factorised posteriors h (T, K), zero bias,
+    for shared test inputs x (S, K): the central-limit predictive of the forward pass. Returns (T, S)."""
+    m = np.tanh(h)
+    return special.ndtr((m @ x.T) / np.sqrt((1.0 - m * m) @ (x * x).T + 1.0))
+
+
+def confidence_and_accuracy(q: np.ndarray, p_true: np.ndarray) -> tuple[float, float, float]:
+    """How a forecaster of P(y = +1) is calibrated against the true probabilities p_true (same shape): its mean
+    confidence max(q, 1 − q), its expected accuracy (the true probability of the class it predicts) and its
+    expected log-loss −[p ln q + (1 − p) ln(1 − q)], each averaged over all entries (q clipped to [1e−12, 1 − 1e−12],
+    so that a forecast rounded to exactly 0 or 1 costs ln 10¹² rather than infinity). A calibrated forecaster has
+    confidence = accuracy; an overconfident one, confidence > accuracy."""
+    q = np.clip(q, 1e-12, 1.0 - 1e-12)
+    confidence = np.maximum(q, 1.0 - q).mean()
+    accuracy = np.where(q > 0.5, p_true, 1.0 - p_true).mean()
+    log_loss = -(p_true * np.log(q) + (1.0 - p_true) * np.log1p(-q)).mean()
+    return float(confidence), float(accuracy), float(log_loss)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -178,6 +178,39 @@ def test_predictive_plus_and_joint_of_two_on_a_product_distribution():
     np.testing.assert_allclose(checks.predictive_plus(h, [(1, 3)], x, ebp=True), exact, atol=0.05)
 
 
+def test_perceptron_passes_are_online_posteriors_over_the_repeated_data():
+    """k passes of perceptron_passes = online_posteriors on the examples repeated k times (mean field and EBP), and
+    the exact posterior after k passes is the one with every likelihood counted k times, for every task."""
+    rng = np.random.default_rng(6)
+    xs, ys = rng.standard_normal((2, 4, 5)), rng.choice([-1.0, 1.0], size=(2, 4))
+    out = checks.perceptron_passes(xs, ys, 2)
+    assert all(out[name].shape == (3, 2, 5) for name in ("exact", "mean field", "EBP"))
+    for t in range(2):
+        twice = checks.online_posteriors(np.zeros(5), [(1, 5)], np.tile(xs[t], (2, 1)), np.tile(ys[t], 2)[:, None])
+        for name in ("exact", "mean field", "EBP"):
+            np.testing.assert_allclose(out[name][1:, t], twice[name][[4, 8]], rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(out["EBP"][0], 0.0)
+
+
+def test_perceptron_predictives_against_predictive_plus():
+    rng = np.random.default_rng(7)
+    h, x = rng.standard_normal((2, 3)), rng.standard_normal((4, 3))
+    configs = checks.binary_configurations(3)
+    exact, ebp_p = checks.perceptron_predictive(h @ configs.T, x), checks.perceptron_ebp_p(h, x)
+    for t in range(2):
+        np.testing.assert_allclose(exact[t], checks.predictive_plus(h[t], [(1, 3)], x), rtol=1e-12)
+        np.testing.assert_allclose(ebp_p[t], checks.predictive_plus(h[t], [(1, 3)], x, ebp=True), rtol=1e-12)
+
+
+def test_confidence_and_accuracy_of_a_calibrated_and_an_overconfident_forecaster():
+    p_true = np.array([0.9, 0.2, 0.6])
+    confidence, accuracy, log_loss = checks.confidence_and_accuracy(p_true, p_true)
+    assert confidence == pytest.approx(accuracy) == pytest.approx(np.mean([0.9, 0.8, 0.6]))
+    over = checks.confidence_and_accuracy(np.array([0.99, 0.01, 0.99]), p_true)
+    assert over[0] == pytest.approx(0.99) and over[1] == pytest.approx(accuracy) and over[2] > log_loss
+    assert np.isfinite(checks.confidence_and_accuracy(np.array([1.0, 0.0, 1.0]), p_true)[2])   # clipped, finite
+
+
 def misprint_setup(weights="binary"):
     net = ebp.init_network([7, 5, 3], weights, seed=2, input_side=3, init_scale=4.0)
     rng = np.random.default_rng(3)
