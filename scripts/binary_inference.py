@@ -179,11 +179,12 @@ def speeds(packed, fw, scale32, x: np.ndarray, n_single: int, rounds: int) -> di
     return out
 
 
-def machine() -> dict:
-    """Where and with what the timings ran (reproduction.records.machine_record; git_changed lists the timed code's
-    files that differ from git_commit), and the load average when they started (other jobs slow them down)."""
-    record = records.machine_record(git_paths=("ebp_binary.py", "scripts/binary_inference.py"))
-    return {**record, "load_average_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
+def machine(allow_loaded: bool = False, load=None) -> dict:
+    """Where and with what the timings ran, and the load average when they started (reproduction.records.
+    timing_record: it refuses a loaded machine unless allow_loaded); git_changed lists the timed code's files that
+    differ from git_commit."""
+    return records.timing_record(git_paths=("ebp_binary.py", "ebp_binary_kernels.py", "scripts/binary_inference.py"),
+                                 allow_loaded=allow_loaded, load=load)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -196,10 +197,11 @@ def main(argv=None) -> int:
     parser.add_argument("--single-images", type=int, default=500, help="images per batch-1 round (default 500)")
     parser.add_argument("--rounds", type=int, default=5, help="timing rounds, best taken (default 5)")
     parser.add_argument("--out", type=Path, default=records.REPO / "outputs" / "binary_inference.json")
+    records.add_allow_loaded_option(parser)
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
-    info = machine()
+    info = machine(args.allow_loaded)
     data = ebp_data.load_dataset("mnist", n_train=args.n_train)
     if args.checkpoint:
         networks = {}
@@ -245,8 +247,8 @@ def main(argv=None) -> int:
                   f"{case[f'images_per_s_float_{label}']:,.0f}: ratio packed/float "
                   f"{case[f'speed_ratio_packed_over_float_{label}']:.2f}", flush=True)
 
-    info["load_average_at_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
-    result = {"issue": 18, "what": __doc__.split("\n")[0], "machine": info, "training_protocol": protocol,
+    loaded = records.finish_timing_record(info, args.allow_loaded)
+    result = {"what": __doc__.split("\n")[0], "loaded": loaded, "machine": info, "training_protocol": protocol,
               "timing": {"clock": "time.process_time (CPU seconds of this process); *_wall_clock: time.perf_counter",
                          "threads": 1, "single_images_per_round": args.single_images, "rounds": args.rounds,
                          "best_of_rounds": True, "packed_engine": "numba (images_per_s_packed_*); numpy engine: "
