@@ -486,7 +486,7 @@ def _table_sums(table: np.ndarray, row_bytes: np.ndarray) -> np.ndarray:
 def local_sums(layer: PackedLayer, x: np.ndarray) -> np.ndarray:
     """Σ_i W_vi x_i of a local layer (float64): with the images as side x side maps, the weights of patch position
     (r, q) of all units multiply the window x[r : r + m, q : q + m] (m = side − block + 1), added position by
-    position, q outer, r inner (the order of the compiled kernel)."""
+    position, q outer, r inner (the compiled kernel, in float32, adds four rows r at a time)."""
     side, block = layer.local
     m = side - block + 1
     images = np.asarray(x, dtype=np.float64).reshape(len(x), side, side)

