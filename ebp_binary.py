@@ -68,9 +68,10 @@ NEAR_TIE_SAFETY = 16  # the float64 tolerance is this many times (K + 2)·u·(p�
 NEAR_TIE_SAFETY32 = 2  # the same for float32 sums, whose rigorous bound is (K + 1)·u32·p·Σ|x| to 1e-4 (the p·S + b
 # in float64 adds 1e-16 relative): twice the bound; every unit inside it is recomputed in float64
 # The stated rule of engine "auto" for a model without a calibration: a dense first layer (real pixels) takes the
-# float32 BLAS product from this batch size on (sgemm reuses each weight across images, the byte tables cannot);
-# every other layer takes its packed kernel at every batch size (XNOR-popcount on ±1 inputs is about 10x faster
-# than sgemm at batch 1000 and about 13x at batch 1 for [800, 800], scripts/binary_inference.py).
+# float32 BLAS product from this batch size on (sgemm reuses each weight across images, the byte tables cannot;
+# calibrated crossovers seen here: 32-64); every other layer takes its packed kernel at every batch size
+# (XNOR-popcount of the [800, 800] layer, with its threshold and packing: 6x faster than sgemm alone at batch 1,
+# 7.6x at batch 1000, scripts/binary_inference.py; rough, at a load average of about 6 on the 2-core AMD EPYC).
 DEFAULT_BLAS_FROM_BATCH = 8
 CALIBRATION_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 BLAS_CHUNK = 1024  # images per float32 product of a first layer (bounds the float32 copies; 256 measured slower)
@@ -169,6 +170,9 @@ class PackedLayer:
             problem = _check_local(self.local, self.n_inputs, len(self.signs))
             if problem:
                 raise ValueError(problem)
+        if self.signs.ndim != 2 or self.signs.shape[1] != n_words(self.n_positions):
+            raise ValueError(f"signs have shape {self.signs.shape}; {self.n_positions} positions per unit need "
+                             f"{n_words(self.n_positions)} words")
         if self.connected is None:
             self.fan_in = np.full(len(self.signs), self.n_positions, dtype=np.int64)
         else:
@@ -540,11 +544,13 @@ def near_tie_tolerance(layer: PackedLayer, x: np.ndarray, scale: float, unit_rou
     Any summation of K terms, in any order, errs by at most γ_K·Σ|terms| (γ_K ≈ K·u); in float64 the byte-table
     sums (P twice, Σx once, a subtraction) and BLAS's dot product, each followed by p· and + b, are together within
     4·(K + 2)·u·(p·Σ|x| + |b|) of the exact u. float32 sums (u = 2^-24) of the inputs rounded to float32 err by at
-    most (K + 1)·u·Σ|x|, then p· and + b in float64. The band is `safety` times (K + 2)·u·(p·Σ|x| + |b|)
-    (NEAR_TIE_SAFETY = 16 in float64, NEAR_TIE_SAFETY32 = 2 in float32): outside it the rounded sign is the exact
-    sign (and, in float64, BLAS's); inside it, the unit is recomputed (float64, then exact_pre_activation).
+    most (K + 1)·u·Σ|x|, then p· and + b in float64. The band is `safety` times (K + 2)·u·(p·Σ|x| + 2^-126 + |b|)
+    (NEAR_TIE_SAFETY = 16 in float64, NEAR_TIE_SAFETY32 = 2 in float32; the 2^-126 covers inputs below float32's
+    normal range, rounded to within 2^-150 absolutely): outside it the rounded sign is the exact sign (and, in
+    float64, BLAS's); inside it, the unit is recomputed (float64, then exact_pre_activation). The compiled
+    threshold also lists every unit of an image whose p·Σ|x| could overflow float32 (ebp_binary_kernels.LARGE).
     """
-    magnitude = scale * np.abs(x).sum(axis=1, keepdims=True) + np.abs(layer.b)
+    magnitude = scale * np.abs(x).sum(axis=1, keepdims=True) + kernels.SMALLEST_NORMAL32 + np.abs(layer.b)
     return safety * (layer.n_inputs + 2) * unit_roundoff * magnitude
 
 
@@ -767,7 +773,8 @@ def _first_layer_sums_compiled(layer: PackedLayer, x: np.ndarray, method: str) -
     """A first layer's sums on real inputs by `method`, and the unit roundoff of their rounding: byte tables
     (float64) or patch sums (float32) for "packed", a float32 product with the ±1 weights for "blas"."""
     if method == "blas":
-        return x.astype(np.float32) @ _work(layer, "dense32").T, UNIT_ROUNDOFF32
+        with np.errstate(over="ignore", invalid="ignore"):  # huge inputs: the threshold recomputes them in float64
+            return x.astype(np.float32) @ _work(layer, "dense32").T, UNIT_ROUNDOFF32
     if layer.local is not None:
         out = np.empty((len(x), layer.n_units), dtype=np.float32)
         side = layer.local[0]

@@ -45,6 +45,13 @@ REFERENCES = {
     "sign_words_kernel": "ebp_binary.pack_bits",             # of p·S + b ≥ 0 for exact integer sums S
     "recheck_kernel": "ebp_binary.float64_pre_activations",  # then the sign where it is clear of the float64 bound
 }
+# The band around 0 of threshold_kernel and recheck_kernel is tolerance·(p·Σ|x| + 2^-126 + |b|), as
+# ebp_binary.near_tie_tolerance: the 2^-126 covers inputs below float32's normal range, which it rounds to within
+# 2^-150 absolutely, not relatively. Above LARGE (p·Σ|x|), where float32 sums could overflow, every unit of the
+# image is listed as a near-tie and recomputed in float64 (standardised pixels are far from both limits).
+SMALLEST_NORMAL32 = 2.0 ** -126
+LARGE = 2.0 ** 100
+
 # Compiled helpers without a readable counterpart of their own: the kernel whose test covers each.
 PARTS = {"count_differences": "popcount_sums_kernel", "count_differences_pair": "popcount_sums_kernel",
          "sign_words": "sign_words_kernel", "absolute_sum": "threshold_kernel"}
@@ -284,8 +291,8 @@ def threshold_kernel(sums, x, b, scale, tolerance, out_words, row0, near, start)
     """first_layer_signs without the exact decider, for approximate sums S̃ (float64 or float32) of the real inputs
     x (the same rows, float64): word w of row row0 + n of out_words holds bits p·S̃ + b ≥ 0 of units 64w..64w+63,
     and the pairs (row0 + n, unit) with |p·S̃ + b| ≤ tolerance·(p·Σ|x_n| + |b_unit|) are written to the rows of
-    `near` from `start` on, as many as fit. Returns the number of near-ties found (all of them, even beyond the
-    buffer).
+    `near` from `start` on, as many as fit (every unit of an image with p·Σ|x| ≥ LARGE, see above). Returns the
+    number of near-ties found (all of them, even beyond the buffer).
 
     Why this shape: each word is built in a register over its 64 units and the near-ties are only counted there
     (both loops vectorise); the rare word with a near-tie is visited again to list them. Setting one bit of the
@@ -293,7 +300,8 @@ def threshold_kernel(sums, x, b, scale, tolerance, out_words, row0, near, start)
     found = 0
     units = sums.shape[1]
     for n in range(sums.shape[0]):
-        magnitude = scale * absolute_sum(x, n)
+        magnitude = scale * absolute_sum(x, n) + SMALLEST_NORMAL32
+        suspect = not magnitude < LARGE  # float32 may overflow (or x is not finite): every unit is a near-tie
         for w in range(out_words.shape[1]):
             first, stop = 64 * w, min(64 * w + 64, units)
             word = np.uint64(0)
@@ -303,9 +311,10 @@ def threshold_kernel(sums, x, b, scale, tolerance, out_words, row0, near, start)
                 word |= np.uint64(u >= 0) << np.uint64(unit - first)
                 ties += abs(u) <= tolerance * (magnitude + abs(b[unit]))
             out_words[row0 + n, w] = word
-            if ties:
+            if ties or suspect:
                 for unit in range(first, stop):
-                    if abs(scale * np.float64(sums[n, unit]) + b[unit]) <= tolerance * (magnitude + abs(b[unit])):
+                    if suspect or (abs(scale * np.float64(sums[n, unit]) + b[unit])
+                                   <= tolerance * (magnitude + abs(b[unit]))):
                         if start + found < near.shape[0]:
                             near[start + found, 0], near[start + found, 1] = row0 + n, unit
                         found += 1
@@ -361,7 +370,7 @@ def recheck_kernel(x, weights, b, scale, tolerance, near, count, out_words):
             i += 1
         total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
         u = scale * total + b[unit]
-        if abs(u) <= tolerance * (scale * absolute_sum(x, n) + abs(b[unit])):
+        if abs(u) <= tolerance * (scale * absolute_sum(x, n) + SMALLEST_NORMAL32 + abs(b[unit])):
             near[left, 0], near[left, 1] = n, unit
             left += 1
         elif u >= 0:

@@ -248,6 +248,22 @@ def test_a_near_tie_is_decided_by_the_exact_sum():
         assert near_ties == 1 and words[0, 0] == 1
 
 
+def test_inputs_beyond_float32s_range_are_decided_in_float64():
+    """Pixels of 1e37 overflow a float32 sum of 784 of them (inf): every unit of such an image is recomputed in
+    float64, and tiny inputs (below float32's normal range) are covered by the band's 2^-126: the float32 engines
+    still give the numpy engine's exact numbers."""
+    net = ebp.init_network([40, 10], "binary", seed=0)
+    net.layers[0].b[:] = np.random.default_rng(1).standard_normal(40) * 1e-38
+    packed = eb.export_network(net)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal((2, 784)) * 1e37, rng.standard_normal((2, 784)) * 1e-39])
+    reference = eb.output_sums(packed, x, "numpy")
+    counts = {}
+    np.testing.assert_array_equal(eb.output_sums(packed, x, "blas", counts), reference)
+    assert counts["rechecked"] >= 2 * 40  # both huge images: every unit
+    np.testing.assert_array_equal(eb.output_sums(packed, x, "numba"), reference)
+
+
 def test_numba_and_numpy_engines_agree_on_a_trained_net(data):
     packed = eb.export_network(train([30, 10], None, data))
     x = data.x_test[:500]
