@@ -9,9 +9,11 @@ bytes, patch weights, ±1 rows) and calls them.
 * XNOR-popcount of a dense layer on ±1 inputs (popcount_sums_kernel, hidden_layer_kernel): the weights are stored
   transposed, (word, unit), so that the unit loop is innermost and vectorises (vpopcntq counts 8 words at once on
   AVX-512 VPOPCNTDQ CPUs; elsewhere LLVM expands the count). Blocked for reuse: two images at a time (each weight
-  word loaded once for both) and four words at a time (each unit's running count loaded and stored once per four
-  words instead of once per word). Measured on the AMD EPYC (znver4) of this project, 800x800 layer at batch 1000:
-  1.2 ms unblocked, 0.8-0.9 ms blocked (rough: taken at a load average of about 7 on 2 cores).
+  word loaded once for both; a last odd image, or batch 1, alone) and four words at a time (each unit's running
+  count loaded and stored once per four words instead of once per word). Measured on the AMD EPYC (znver4) of
+  this project, 800x800 layer: batch 1000 1.2 ms unblocked, 0.8-1.0 ms blocked; batch 1 2.6 µs paired with itself,
+  1.7 µs alone (rough: taken at a load average of about 7 on 2 cores). Four images at a time, or units in blocks
+  of 256 (their weight words in L1), measured no better.
 * Byte tables of a dense first layer on real inputs (first_layer_sums_kernel): per image, the 256 subset sums of
   every group of 8 inputs, then per unit the entries its weight bytes select, four bytes per pass over the units
   (22 instead of 31 µs per image for [784, 800], same rough conditions).
@@ -54,6 +56,7 @@ LARGE = 2.0 ** 100
 
 # Compiled helpers without a readable counterpart of their own: the kernel whose test covers each.
 PARTS = {"count_differences": "popcount_sums_kernel", "count_differences_pair": "popcount_sums_kernel",
+         "count_differences_single": "popcount_sums_kernel", "count_block": "popcount_sums_kernel",
          "sign_words": "sign_words_kernel", "absolute_sum": "threshold_kernel"}
 
 
@@ -107,23 +110,50 @@ def count_differences_pair(signs_t, v_words, n, m, differ_n, differ_m):
 
 
 @njit(cache=True, nogil=True)
+def count_differences_single(signs_t, v_words, n, differ):
+    """count_differences_pair for one image (the last of an odd batch, or batch 1), words four at a time."""
+    n_words, units = signs_t.shape
+    differ[:] = 0
+    j = 0
+    while j + 4 <= n_words:
+        a0, a1, a2, a3 = v_words[n, j], v_words[n, j + 1], v_words[n, j + 2], v_words[n, j + 3]
+        for unit in range(units):
+            differ[unit] += ((popcount64(signs_t[j, unit] ^ a0) + popcount64(signs_t[j + 1, unit] ^ a1))
+                             + (popcount64(signs_t[j + 2, unit] ^ a2) + popcount64(signs_t[j + 3, unit] ^ a3)))
+        j += 4
+    while j < n_words:
+        a0 = v_words[n, j]
+        for unit in range(units):
+            differ[unit] += popcount64(signs_t[j, unit] ^ a0)
+        j += 1
+
+
+@njit(cache=True, nogil=True)
+def count_block(signs_t, connected_t, has_mask, v_words, n, differ_n, differ_m):
+    """The differing bits of images n and n + 1 (differ_n, differ_m), or of image n alone when it is the last one;
+    returns the number of images counted (2 or 1)."""
+    pair = n + 1 < v_words.shape[0]
+    if has_mask:
+        count_differences(signs_t, connected_t, v_words, n, differ_n)
+        if pair:
+            count_differences(signs_t, connected_t, v_words, n + 1, differ_m)
+    elif pair:
+        count_differences_pair(signs_t, v_words, n, n + 1, differ_n, differ_m)
+    else:
+        count_differences_single(signs_t, v_words, n, differ_n)
+    return 2 if pair else 1
+
+
+@njit(cache=True, nogil=True)
 def popcount_sums_kernel(signs_t, connected_t, has_mask, fan_in, v_words, out):
     """popcount_sums into out (n, V) int64: |M| − 2·popcount((w XOR v) AND m), or K − 2·popcount(w XOR v) without a
-    mask, images two at a time (an odd last image is paired with itself)."""
+    mask, images two at a time (count_block)."""
     units = signs_t.shape[1]
-    differ_n = np.zeros(units, dtype=np.uint64)
-    differ_m = np.zeros(units, dtype=np.uint64)
-    batch = v_words.shape[0]
-    for n in range(0, batch, 2):
-        m = min(n + 1, batch - 1)
-        if has_mask:
-            count_differences(signs_t, connected_t, v_words, n, differ_n)
-            count_differences(signs_t, connected_t, v_words, m, differ_m)
-        else:
-            count_differences_pair(signs_t, v_words, n, m, differ_n, differ_m)
-        for unit in range(units):
-            out[n, unit] = fan_in[unit] - 2 * np.int64(differ_n[unit])
-            out[m, unit] = fan_in[unit] - 2 * np.int64(differ_m[unit])
+    differ = np.zeros((2, units), dtype=np.uint64)
+    for n in range(0, v_words.shape[0], 2):
+        for i in range(count_block(signs_t, connected_t, has_mask, v_words, n, differ[0], differ[1])):
+            for unit in range(units):
+                out[n + i, unit] = fan_in[unit] - 2 * np.int64(differ[i, unit])
 
 
 @njit(cache=True, nogil=True)
@@ -131,19 +161,11 @@ def output_layer_kernel(signs_t, connected_t, has_mask, fan_in, b, scale, v_word
     """The output layer on packed ±1 inputs: out (n, V) float64 = p·S + b, with S as in popcount_sums_kernel (the
     float64 p·S + b rounded as output_ebp_d rounds it: S is an exact integer)."""
     units = signs_t.shape[1]
-    differ_n = np.zeros(units, dtype=np.uint64)
-    differ_m = np.zeros(units, dtype=np.uint64)
-    batch = v_words.shape[0]
-    for n in range(0, batch, 2):
-        m = min(n + 1, batch - 1)
-        if has_mask:
-            count_differences(signs_t, connected_t, v_words, n, differ_n)
-            count_differences(signs_t, connected_t, v_words, m, differ_m)
-        else:
-            count_differences_pair(signs_t, v_words, n, m, differ_n, differ_m)
-        for unit in range(units):
-            out[n, unit] = scale * np.float64(fan_in[unit] - 2 * np.int64(differ_n[unit])) + b[unit]
-            out[m, unit] = scale * np.float64(fan_in[unit] - 2 * np.int64(differ_m[unit])) + b[unit]
+    differ = np.zeros((2, units), dtype=np.uint64)
+    for n in range(0, v_words.shape[0], 2):
+        for i in range(count_block(signs_t, connected_t, has_mask, v_words, n, differ[0], differ[1])):
+            for unit in range(units):
+                out[n + i, unit] = scale * np.float64(fan_in[unit] - 2 * np.int64(differ[i, unit])) + b[unit]
 
 
 @njit(cache=True, nogil=True)
@@ -152,21 +174,12 @@ def hidden_layer_kernel(signs_t, connected_t, has_mask, fan_in, b, scale, v_word
     popcount_sums_kernel (the float64 p·S + b is rounded as output_ebp_d rounds it)."""
     units = signs_t.shape[1]
     sums = np.empty((2, units), dtype=np.int64)
-    differ_n = np.zeros(units, dtype=np.uint64)
-    differ_m = np.zeros(units, dtype=np.uint64)
-    batch = v_words.shape[0]
-    for n in range(0, batch, 2):
-        m = min(n + 1, batch - 1)
-        if has_mask:
-            count_differences(signs_t, connected_t, v_words, n, differ_n)
-            count_differences(signs_t, connected_t, v_words, m, differ_m)
-        else:
-            count_differences_pair(signs_t, v_words, n, m, differ_n, differ_m)
-        for unit in range(units):
-            sums[0, unit] = fan_in[unit] - 2 * np.int64(differ_n[unit])
-            sums[1, unit] = fan_in[unit] - 2 * np.int64(differ_m[unit])
-        sign_words(sums, 0, b, scale, out_words, n)
-        sign_words(sums, 1, b, scale, out_words, m)
+    differ = np.zeros((2, units), dtype=np.uint64)
+    for n in range(0, v_words.shape[0], 2):
+        for i in range(count_block(signs_t, connected_t, has_mask, v_words, n, differ[0], differ[1])):
+            for unit in range(units):
+                sums[i, unit] = fan_in[unit] - 2 * np.int64(differ[i, unit])
+            sign_words(sums, i, b, scale, out_words, n + i)
 
 
 @njit(cache=True, nogil=True)
