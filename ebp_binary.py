@@ -4,37 +4,46 @@ A binary EBP network read out deterministically (EBP-D, `ebp_lib.output_ebp_d`) 
 a real bias b, hidden units v' = sign(p·(W v) + b) (+1 at 0; p is the keep probability under sampled dropout,
 else 1) and a linear output layer whose argmax is the prediction. Nothing in it needs a real weight, so:
 
-* **Format.** Each layer's row W_v is stored as bits in uint64 words (bit i of row v is 1 where W_vi = +1; bit i of
-  the row is bit i % 64 of word i // 64). Weights that are 0 in EBP-D (off a spatial layer's mask, or h exactly 0)
-  are marked by a second bit-plane, `connected`, stored only for layers that have such weights; their sign bit is
-  0. Why a full-width mask plane rather than packing only each unit's connected inputs: the activations of a
-  layer are packed once into words that every unit of the next layer reads as they are (XOR, AND, popcount), and
-  the same code serves fully connected layers, locally connected layers, any other mask and the padding bits of
-  the last word. Packing only the connected inputs would need, for every unit and every image, a gather of that
-  unit's input bits, which costs more than the popcount it feeds. The price is 2 bits per (unit, input) position
-  of a spatial layer instead of 1 (see `model_bytes`).
+* **Format.** Each unit's weights are stored as bits in uint64 words (bit i of a row is 1 where the weight is +1;
+  bit i is bit i % 64 of word i // 64, the last word padded with 0 bits). A fully connected ("dense") layer stores
+  one bit per input. A locally connected layer (architecture ("local", block)) stores only each unit's
+  block x block patch, row by row: which inputs a unit sees follows from the architecture (block size, input side:
+  unit (a, c) sees inputs (a + r, c + q) for r, q < block, as ebp_lib.local_mask builds it), so it is derived, not
+  stored; a block-13 layer on 28x28 images keeps 169 of 784 bits per unit. Weights that are 0 in EBP-D beyond that
+  (h exactly 0) are marked by a second bit-plane, `connected`, over the same positions, stored only where there
+  are such weights (their sign bit is 0). Biases stay float64, as output_ebp_d adds them.
 * **Hidden layers on ±1 inputs** (bit 1 = +1, bit 0 = −1): W_i v_i = +1 where the bits agree and −1 where they
   differ, so Σ_i W_i v_i = K − 2·popcount(w XOR v) (exact integers). Padding bits are 0 in both words and never
-  differ; with a mask plane, Σ = |M| − 2·popcount((w XOR v) AND m).
+  differ; with a mask plane, Σ = |M| − 2·popcount((w XOR v) AND m). A local layer on ±1 inputs sums its patch
+  (local_sums: integers, exact in float32).
 * **First layer on real pixels**, no multiplications: Σ_i W_i x_i = Σ_{W=+1} x − Σ_{W=−1} x, which is
-  2·Σ_{W=+1} x − Σ x for a fully connected layer. Each subset sum is read from byte tables: for every group of 8
+  2·Σ_{W=+1} x − Σ x for a dense layer. Each subset sum is read from byte tables: for every group of 8
   consecutive inputs, all 256 subset sums are built with one addition each (`byte_tables`), and a unit's
-  Σ_{W=+1} x is the sum of the table entries its weight bytes select (K/8 additions instead of K).
+  Σ_{W=+1} x is the sum of the table entries its weight bytes select (K/8 additions instead of K). A local layer
+  adds its patch's inputs with signs (`local_sums`).
 * **Exact agreement with output_ebp_d.** Hidden-layer and output sums are exact integers, computed as
   output_ebp_d computes them (p·S + b in float64). The first layer's real sums are rounded in another order than
-  BLAS's, so a unit whose pre-activation lies within a rigorous rounding bound of 0 (`near_tie_tolerance`) is
-  decided by the exact rational sum instead (`exact_pre_activation`), and counted.
+  BLAS's (and, in the compiled local kernel and the float32 BLAS product, in float32), so a unit whose
+  pre-activation lies within a rigorous rounding bound of 0 (`near_tie_tolerance`) is recomputed in float64 and,
+  if still within the float64 bound, decided by the exact rational sum (`exact_pre_activation`), and counted.
 
-Readable numpy first (`engine="numpy"`); the same computation by the compiled kernels of ebp_binary_kernels.py
-(`engine="numba"`, measured faster by scripts/binary_inference.py, outputs/binary_inference.json), driven from
-the end of this file. tests/test_kernels.py checks each kernel against its numpy function here, and
-tests/test_binary_inference.py both engines against ebp_lib.output_ebp_d and each other. EBP-D's weights come
-from ebp_lib.ebp_d_parameters.
+Engines (output_sums(engine=...)); every engine gives the same numbers, they differ in speed only:
+  "numpy"  readable numpy, the reference of everything else;
+  "numba"  the packed kernels of ebp_binary_kernels for every layer (XNOR-popcount, byte tables, patch sums);
+  "blas"   a float32 BLAS product on the ±1 weights for every layer (exact integers on ±1 inputs; on real pixels
+           its float32 sums go through the near-tie bound above);
+  "auto"   per layer the faster of "numba" and "blas" at the batch size: by the measured calibration stored with
+           the model (`calibrate`, PackedNetwork.plan, saved in the file), else by the stated rule
+           DEFAULT_BLAS_FROM_BATCH (see `layer_methods`).
+tests/test_kernels.py checks each kernel against its numpy function here; tests/test_binary_inference.py every
+engine against ebp_lib.output_ebp_d and each other; scripts/binary_inference.py measures the speed and size
+(outputs/binary_inference.json). EBP-D's weights come from ebp_lib.ebp_d_parameters.
 """
 from __future__ import annotations
 
 import json
 import os
+import time
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -45,14 +54,27 @@ import numpy as np
 
 import ebp_binary_kernels as kernels
 from ebp_checkpoint import array_headers
-from ebp_lib import ebp_d_parameters
+from ebp_lib import ebp_d_parameters, local_mask
 
 FORMAT_NAME = "ebp-binary-packed"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: local layers store their patches only (1: a full-width mask plane; still read)
+READ_VERSIONS = (1, 2)
 WORD_BITS = 64
-INFERENCE_ENGINES = ("numpy", "numba")  # output_sums(engine=...): readable, compiled
+INFERENCE_ENGINES = ("numpy", "numba", "blas", "auto")  # output_sums(engine=...)
+METHODS = ("packed", "blas")  # what "auto" chooses between, per layer
 UNIT_ROUNDOFF = np.finfo(np.float64).eps / 2  # u = 2^-53
-NEAR_TIE_SAFETY = 16  # the tolerance is this many times (K + 2)·u·(p·Σ|x| + |b|), several times the error bounds
+UNIT_ROUNDOFF32 = float(np.finfo(np.float32).eps) / 2  # 2^-24
+NEAR_TIE_SAFETY = 16  # the float64 tolerance is this many times (K + 2)·u·(p·Σ|x| + |b|), several times the bounds
+NEAR_TIE_SAFETY32 = 2  # the same for float32 sums, whose rigorous bound is (K + 1)·u32·p·Σ|x| to 1e-4 (the p·S + b
+# in float64 adds 1e-16 relative): twice the bound; every unit inside it is recomputed in float64
+# The stated rule of engine "auto" for a model without a calibration: a dense first layer (real pixels) takes the
+# float32 BLAS product from this batch size on (sgemm reuses each weight across images, the byte tables cannot;
+# calibrated crossovers seen here: 32-64); every other layer takes its packed kernel at every batch size
+# (XNOR-popcount of the [800, 800] layer, with its threshold and packing: 6x faster than sgemm alone at batch 1,
+# 7.6x at batch 1000, scripts/binary_inference.py; rough, at a load average of about 6 on the 2-core AMD EPYC).
+DEFAULT_BLAS_FROM_BATCH = 8
+CALIBRATION_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+BLAS_CHUNK = 1024  # images per float32 product of a first layer (bounds the float32 copies; 256 measured slower)
 
 
 class PackedFormatError(ValueError):
@@ -90,6 +112,33 @@ def word_bytes(words: np.ndarray, n_bits: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Connectivity of a locally connected layer, from the architecture
+# ----------------------------------------------------------------------------------------------------------
+
+def patch_inputs(input_side: int, block: int) -> np.ndarray:
+    """(units, block²) int64: the input that patch position r·block + q of unit a·m + c sees, (a + r)·side + c + q
+    (m = side − block + 1): the connectivity of ebp_lib.local_mask(side, block), row by row."""
+    m = input_side - block + 1
+    a, c, r, q = np.meshgrid(np.arange(m), np.arange(m), np.arange(block), np.arange(block), indexing="ij")
+    return ((a + r) * input_side + c + q).reshape(m * m, block * block).astype(np.int64)
+
+
+def _check_local(local, n_inputs: int, n_units: int) -> str | None:
+    """Why (input_side, block) cannot describe a local layer of n_inputs inputs and n_units units; None if it can."""
+    if not (isinstance(local, (list, tuple)) and len(local) == 2
+            and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in local)):
+        return f"local {local!r} must be [input_side, block], two integers"
+    side, block = int(local[0]), int(local[1])
+    if side < 1 or side * side != n_inputs:
+        return f"input side {side} does not square to its {n_inputs} inputs"
+    if not 1 <= block <= side:
+        return f"block size {block} must be between 1 and the input side {side}"
+    if (side - block + 1) ** 2 != n_units:
+        return f"a block-{block} layer on a {side}x{side} map has {(side - block + 1) ** 2} units, not {n_units}"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------------
 # The packed network
 # ----------------------------------------------------------------------------------------------------------
 
@@ -97,42 +146,89 @@ def word_bytes(words: np.ndarray, n_bits: int) -> np.ndarray:
 class PackedLayer:
     """One layer of a deployed binary network.
 
-    signs (V, words) uint64: bit i of row v is 1 where W_vi = +1, 0 where W_vi = −1, where the weight is not
-    connected, and in the padding. connected (V, words) uint64 or None: 1 where W_vi ≠ 0 (None: every one of the K
-    inputs is connected). b (V,) float64: the real bias. n_inputs: K.
+    signs (V, words) uint64: bit i of row v is 1 where the weight at position i is +1, 0 where it is −1, where it
+    is not connected, and in the padding. The positions are the K inputs of a dense layer, or the block² patch
+    positions r·block + q of a local layer (local = (input_side, block); its connectivity is derived, see
+    patch_inputs). connected (V, words) uint64 or None: 1 where the weight at a position is ≠ 0 (None: all are).
+    b (V,) float64: the real bias. n_inputs: K.
     """
     signs: np.ndarray
     connected: np.ndarray | None
     b: np.ndarray
     n_inputs: int
-    # derived, not stored: connected inputs per unit |M_v| (K without a mask), and the row bytes where W = +1 and
+    local: tuple[int, int] | None = None
+    # derived, not stored: connected positions per unit |M_v|, and for a dense layer the row bytes where W = +1 and
     # where W = −1 (minus is None without a mask: there Σ_{W=−1} x = Σ x − Σ_{W=+1} x)
     fan_in: np.ndarray = field(init=False, repr=False)
-    plus_bytes: np.ndarray = field(init=False, repr=False)
+    plus_bytes: np.ndarray | None = field(init=False, repr=False)
     minus_bytes: np.ndarray | None = field(init=False, repr=False)
-    _numba: dict | None = field(init=False, repr=False, default=None)  # the compiled engine's working copies
+    _work: dict = field(init=False, repr=False, default_factory=dict)  # working copies of the compiled engines
 
     def __post_init__(self):
-        self.plus_bytes = word_bytes(self.signs, self.n_inputs)
+        if self.local is not None:
+            self.local = (int(self.local[0]), int(self.local[1]))
+            problem = _check_local(self.local, self.n_inputs, len(self.signs))
+            if problem:
+                raise ValueError(problem)
+        if self.signs.ndim != 2 or self.signs.shape[1] != n_words(self.n_positions):
+            raise ValueError(f"signs have shape {self.signs.shape}; {self.n_positions} positions per unit need "
+                             f"{n_words(self.n_positions)} words")
         if self.connected is None:
-            self.fan_in = np.full(len(self.signs), self.n_inputs, dtype=np.int64)
-            self.minus_bytes = None
+            self.fan_in = np.full(len(self.signs), self.n_positions, dtype=np.int64)
         else:
             self.fan_in = np.bitwise_count(self.connected).sum(axis=1, dtype=np.int64)
-            self.minus_bytes = word_bytes(self.connected & ~self.signs, self.n_inputs)
+        self.plus_bytes = self.minus_bytes = None
+        if self.local is None:
+            self.plus_bytes = word_bytes(self.signs, self.n_inputs)
+            if self.connected is not None:
+                self.minus_bytes = word_bytes(self.connected & ~self.signs, self.n_inputs)
 
     @property
     def n_units(self) -> int:
         return len(self.signs)
 
+    @property
+    def n_positions(self) -> int:
+        """Bits per unit: K for a dense layer, block² for a local one."""
+        return self.n_inputs if self.local is None else self.local[1] ** 2
+
+
+def position_weights(layer: PackedLayer) -> np.ndarray:
+    """(V, positions) int8: the weight −1, 0 or +1 at each stored position (dense: the inputs; local: the patch)."""
+    plus = unpack_bits(layer.signs, layer.n_positions)
+    weights = np.where(plus, 1, -1).astype(np.int8)
+    if layer.connected is not None:
+        weights[~unpack_bits(layer.connected, layer.n_positions)] = 0
+    return weights
+
+
+def dense_weights(layer: PackedLayer) -> np.ndarray:
+    """(V, K) int8: the layer's EBP-D weights sign(h) (0 off a local layer's patch and where h = 0), as in
+    ebp_lib.ebp_d_parameters."""
+    weights = position_weights(layer)
+    if layer.local is None:
+        return weights
+    dense = np.zeros((layer.n_units, layer.n_inputs), dtype=np.int8)
+    np.put_along_axis(dense, patch_inputs(*layer.local), weights, axis=1)
+    return dense
+
+
+def patch_weights(layer: PackedLayer) -> np.ndarray:
+    """(block, block, V) int8 of a local layer: patch[r, q, unit] is the weight of `unit` on its patch position
+    (r, q), the layout of local_sums."""
+    block = layer.local[1]
+    return np.ascontiguousarray(position_weights(layer).reshape(layer.n_units, block, block).transpose(1, 2, 0))
+
 
 @dataclass
 class PackedNetwork:
-    """A deployed binary network: its layers, the scale p of W v (keep probability under sampled dropout, else 1)
-    and a description of where it came from (architecture, input side, dropout, keep; not used by inference)."""
+    """A deployed binary network: its layers, the scale p of W v (keep probability under sampled dropout, else 1),
+    a description of where it came from (architecture, input side, dropout, keep; not used by inference), and the
+    plan of engine "auto" (None: the stated rule; see calibrate and layer_methods)."""
     layers: list[PackedLayer]
     scale: float
     source: dict
+    plan: dict | None = None
 
     @property
     def sizes(self) -> list[int]:
@@ -142,19 +238,30 @@ class PackedNetwork:
 def export_network(net) -> PackedNetwork:
     """Pack a trained binary ebp_lib.Network for EBP-D inference: W = sign(h) (times the mask), b, the scale p.
 
-    Refuses a real-weight network (EBP-D multiplies by the real means h, which have no ±1 form) and non-finite h
-    or b. A layer gets a `connected` plane only if some EBP-D weight is 0 (off the mask, or h exactly 0).
+    A layer ("local", block) whose mask is ebp_lib.local_mask(side, block) stores its patches only (its mask is
+    derived from the architecture); any other layer is dense. A layer gets a `connected` plane only if some EBP-D
+    weight on its stored positions is 0 (h exactly 0). Refuses a real-weight network (EBP-D multiplies by the real
+    means h, which have no ±1 form) and non-finite h or b.
     """
     if net.weights != "binary":
         raise ValueError(f"cannot pack a {net.weights!r}-weight network: its EBP-D output multiplies by the real "
                          f"means h, which have no ±1 form; only binary networks (weights='binary') can be packed")
-    layers = []
-    for k, (layer, (w, _)) in enumerate(zip(net.layers, ebp_d_parameters(net))):  # w = sign(h), 0 off the mask
+    layers, side = [], net.input_side
+    for k, (spec, layer, (w, _)) in enumerate(zip(net.architecture, net.layers, ebp_d_parameters(net))):
         if not (np.all(np.isfinite(layer.h)) and np.all(np.isfinite(layer.b))):
             raise ValueError(f"layer {k + 1} has non-finite h or b: there is no sign to pack; retrain or restore "
                              f"the network from a checkpoint")
+        local = None
+        if isinstance(spec, (tuple, list)) and len(spec) == 2 and spec[0] == "local" and side is not None:
+            block = int(spec[1])
+            if layer.mask is not None and np.array_equal(np.asarray(layer.mask) != 0, local_mask(side, block)):
+                local = (side, block)
+                w = np.take_along_axis(w, patch_inputs(side, block), axis=1)  # the patch, row by row
+            side = side - block + 1
+        else:
+            side = None
         connected = pack_bits(w != 0) if np.any(w == 0) else None
-        layers.append(PackedLayer(pack_bits(w > 0), connected, layer.b.astype(np.float64), layer.h.shape[1]))
+        layers.append(PackedLayer(pack_bits(w > 0), connected, layer.b.astype(np.float64), layer.h.shape[1], local))
     scale = float(net.keep) if net.dropout == "sampled" else 1.0
     source = {"architecture": net.architecture, "input_side": net.input_side, "dropout": net.dropout,
               "keep": net.keep, "h_dtype": str(net.layers[0].h.dtype)}
@@ -177,14 +284,19 @@ def save_packed(path, packed: PackedNetwork) -> None:
     """Write a packed network as .npz (format FORMAT_VERSION), atomically: an interrupted or failed save leaves
     the previous file as it was.
 
-    Arrays: header (JSON: format, version, scale, per layer n_inputs / n_units / whether it has a mask plane,
-    source), signs{k} and connected{k} (uint64), b{k} (float64).
+    Arrays: header (JSON: format, version, scale, source, plan if there is one, per layer n_inputs / n_units /
+    whether it has a mask plane / local = [input_side, block] for a local layer), signs{k} and connected{k}
+    (uint64), b{k} (float64). The optional keys are left out when empty, so a dense network's file is as large as
+    in format 1.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "scale": packed.scale, "source": packed.source,
+              **({"plan": packed.plan} if packed.plan is not None else {}),
               "layers": [{"n_inputs": layer.n_inputs, "n_units": layer.n_units,
-                          "connected": layer.connected is not None} for layer in packed.layers]}
+                          "connected": layer.connected is not None,
+                          **({"local": list(layer.local)} if layer.local is not None else {})}
+                         for layer in packed.layers]}
     arrays = {"header": np.array(json.dumps(header))}
     for k, layer in enumerate(packed.layers):
         arrays[f"signs{k}"], arrays[f"b{k}"] = layer.signs, layer.b
@@ -233,10 +345,10 @@ def _read_header(path, f, headers: dict) -> dict:
         raise PackedFormatError(f"{path}: its header is not valid JSON ({e})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
         raise PackedFormatError(f"{path}: the header does not name the format {FORMAT_NAME!r}")
-    if header.get("version") != FORMAT_VERSION:
+    if header.get("version") not in READ_VERSIONS:
         raise PackedFormatError(f"{path}: written in format version {header.get('version')!r}; this loader reads "
-                                f"version {FORMAT_VERSION} only. Re-export the network with this ebp_binary "
-                                f"(export_network, save_packed)")
+                                f"versions {', '.join(map(str, READ_VERSIONS))}. Re-export the network with this "
+                                f"ebp_binary (export_network, save_packed)")
     return header
 
 
@@ -252,9 +364,9 @@ def _check_array(path, headers: dict, name: str, shape: tuple, dtype) -> None:
         raise PackedFormatError(f"{path}: array {name!r} has shape {found}; the header implies {shape}")
 
 
-def _check_layer_arrays(path, k: int, signs, connected, b, n_inputs: int) -> None:
+def _check_layer_arrays(path, k: int, signs, connected, b, n_positions: int) -> None:
     """Padding bits 0, sign bits only where connected, finite biases: what the popcount identities rely on."""
-    padding = ~pack_bits(np.ones(n_inputs, dtype=bool))
+    padding = ~pack_bits(np.ones(n_positions, dtype=bool))
     if np.any(signs & padding) or (connected is not None and np.any(connected & padding)):
         raise PackedFormatError(f"{path}: layer {k + 1} has bits set in the padding of its last word")
     if connected is not None and np.any(signs & ~connected):
@@ -264,12 +376,25 @@ def _check_layer_arrays(path, k: int, signs, connected, b, n_inputs: int) -> Non
         raise PackedFormatError(f"{path}: layer {k + 1} has non-finite biases")
 
 
+def _check_plan(path, plan, n_layers: int):
+    """A stored plan is null or {"blas_from_batch": [a batch size ≥ 1 or null per layer], ...}."""
+    if plan is None:
+        return None
+    crossover = plan.get("blas_from_batch") if isinstance(plan, dict) else None
+    if (not isinstance(crossover, list) or len(crossover) != n_layers
+            or not all(c is None or (isinstance(c, int) and not isinstance(c, bool) and c >= 1) for c in crossover)):
+        raise PackedFormatError(f"{path}: the header's plan {plan!r} needs blas_from_batch, a batch size (≥ 1) or "
+                                f"null for each of the {n_layers} layers")
+    return plan
+
+
 def load_packed(path) -> PackedNetwork:
-    """Read a packed network written by save_packed; refuses, naming the file and what was wrong, anything else:
-    another format or version, missing or extra arrays, wrong dtypes or shapes, inconsistent layer sizes, bits
-    in the padding, a scale outside (0, 1], a truncated file, an ebp_lib checkpoint. The header is read and
-    checked first, then every array's declared dtype and shape (from its .npy header) against what the header
-    implies, and only then the arrays' data: a small crafted file never makes it allocate more than it holds."""
+    """Read a packed network written by save_packed (format version 1 or 2); refuses, naming the file and what was
+    wrong, anything else: another format or version, missing or extra arrays, wrong dtypes or shapes, inconsistent
+    layer sizes or local geometry, bits in the padding, a scale outside (0, 1], a malformed plan, a truncated file,
+    an ebp_lib checkpoint. The header is read and checked first, then every array's declared dtype and shape (from
+    its .npy header) against what the header implies, and only then the arrays' data: a small crafted file never
+    makes it allocate more than it holds."""
     try:
         with np.load(path, allow_pickle=False) as f:
             try:
@@ -292,11 +417,13 @@ def _load_packed(path, f, headers: dict) -> PackedNetwork:
         raise PackedFormatError(f"{path}: the header lists no layers")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1:
         raise PackedFormatError(f"{path}: scale {scale!r} must be a number in (0, 1] (the keep probability p)")
+    plan = _check_plan(path, header.get("plan"), len(specs))
     sizes, expected = [], {"header"}
     for k, spec in enumerate(specs):
         try:
             n_inputs, n_units, has_mask = int(spec["n_inputs"]), int(spec["n_units"]), bool(spec["connected"])
-        except (KeyError, TypeError, ValueError):
+            local = spec.get("local")  # absent for a dense layer (and in version 1, where every layer is dense)
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise PackedFormatError(f"{path}: layer {k + 1}'s header entry {spec!r} needs n_inputs, n_units, "
                                     f"connected") from None
         if n_inputs < 1 or n_units < 1:
@@ -304,27 +431,33 @@ def _load_packed(path, f, headers: dict) -> PackedNetwork:
         if k > 0 and n_inputs != sizes[-1][1]:
             raise PackedFormatError(f"{path}: layer {k + 1} takes {n_inputs} inputs but layer {k} has "
                                     f"{sizes[-1][1]} units")
-        shape = (n_units, n_words(n_inputs))
+        if local is not None:
+            problem = _check_local(local, n_inputs, n_units)
+            if problem:
+                raise PackedFormatError(f"{path}: layer {k + 1}: {problem}")
+            local = (int(local[0]), int(local[1]))
+        positions = n_inputs if local is None else local[1] ** 2
+        shape = (n_units, n_words(positions))
         _check_array(path, headers, f"signs{k}", shape, np.uint64)
         if has_mask:
             _check_array(path, headers, f"connected{k}", shape, np.uint64)
         _check_array(path, headers, f"b{k}", (n_units,), np.float64)
         expected |= {f"signs{k}", f"b{k}"} | ({f"connected{k}"} if has_mask else set())
-        sizes.append((n_inputs, n_units, has_mask))
+        sizes.append((n_inputs, n_units, has_mask, local, positions))
     if set(headers) != expected:
         raise PackedFormatError(f"{path}: unexpected arrays {sorted(set(headers) - expected)} for the "
                                 f"{len(specs)} layers its header lists")
     layers = []  # every declared dtype and shape checked: now the data, which is what the header says
-    for k, (n_inputs, _, has_mask) in enumerate(sizes):
+    for k, (n_inputs, _, has_mask, local, positions) in enumerate(sizes):
         signs, b = f[f"signs{k}"], f[f"b{k}"]
         connected = f[f"connected{k}"] if has_mask else None
-        _check_layer_arrays(path, k, signs, connected, b, n_inputs)
-        layers.append(PackedLayer(signs, connected, b, n_inputs))
-    return PackedNetwork(layers, float(scale), header.get("source", {}))
+        _check_layer_arrays(path, k, signs, connected, b, positions)
+        layers.append(PackedLayer(signs, connected, b, n_inputs, local))
+    return PackedNetwork(layers, float(scale), header.get("source", {}), plan)
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Inference, readable numpy
+# Inference, readable numpy (engine="numpy"): the reference of the compiled engines
 # ----------------------------------------------------------------------------------------------------------
 
 def byte_tables(x: np.ndarray) -> np.ndarray:
@@ -354,9 +487,27 @@ def _table_sums(table: np.ndarray, row_bytes: np.ndarray) -> np.ndarray:
     return np.take(table.reshape(len(table), -1), flat_index, axis=1).sum(axis=-1)
 
 
+def local_sums(layer: PackedLayer, x: np.ndarray) -> np.ndarray:
+    """Σ_i W_vi x_i of a local layer (float64): with the images as side x side maps, the weights of patch position
+    (r, q) of all units multiply the window x[r : r + m, q : q + m] (m = side − block + 1), added position by
+    position, q outer, r inner (the compiled kernel, in float32, adds four rows r at a time)."""
+    side, block = layer.local
+    m = side - block + 1
+    images = np.asarray(x, dtype=np.float64).reshape(len(x), side, side)
+    patch = patch_weights(layer).astype(np.float64)
+    out = np.zeros((len(x), layer.n_units))
+    for q in range(block):
+        for r in range(block):
+            out += patch[r, q] * images[:, r:r + m, q:q + m].reshape(len(x), -1)
+    return out
+
+
 def first_layer_sums(layer: PackedLayer, x: np.ndarray, chunk: int = 16) -> np.ndarray:
-    """Σ_i W_vi x_i on real inputs without multiplications (module docstring): 2·Σ_{W=+1} x − Σ x, or with a mask
-    plane Σ_{W=+1} x − Σ_{W=−1} x, from byte tables; `chunk` images at a time bound the memory."""
+    """Σ_i W_vi x_i on real inputs without multiplications by weights (module docstring): for a dense layer
+    2·Σ_{W=+1} x − Σ x, or with a mask plane Σ_{W=+1} x − Σ_{W=−1} x, from byte tables, `chunk` images at a time
+    to bound the memory; for a local layer local_sums."""
+    if layer.local is not None:
+        return local_sums(layer, x)
     out = np.empty((len(x), layer.n_units))
     for start in range(0, len(x), chunk):
         xb = x[start:start + chunk]
@@ -370,8 +521,12 @@ def first_layer_sums(layer: PackedLayer, x: np.ndarray, chunk: int = 16) -> np.n
 
 
 def popcount_sums(layer: PackedLayer, v_words: np.ndarray, chunk: int = 64) -> np.ndarray:
-    """Σ_i W_vi v_i for ±1 inputs packed as bits (bit 1 = +1): K − 2·popcount(w XOR v), or with a mask plane
-    |M_v| − 2·popcount((w XOR v) AND m_v). Exact int64; `chunk` images at a time bound the memory."""
+    """Σ_i W_vi v_i for ±1 inputs packed as bits (bit 1 = +1), exact int64: for a dense layer K − 2·popcount(w XOR v),
+    or with a mask plane |M_v| − 2·popcount((w XOR v) AND m_v), `chunk` images at a time to bound the memory; for a
+    local layer local_sums of the ±1 values (integers, exact)."""
+    if layer.local is not None:
+        pm1 = np.where(unpack_bits(v_words, layer.n_inputs), 1.0, -1.0)
+        return np.rint(local_sums(layer, pm1)).astype(np.int64)
     out = np.empty((len(v_words), layer.n_units), dtype=np.int64)
     for start in range(0, len(v_words), chunk):
         differ = layer.signs[None, :, :] ^ v_words[start:start + chunk, None, :]
@@ -381,34 +536,58 @@ def popcount_sums(layer: PackedLayer, v_words: np.ndarray, chunk: int = 64) -> n
     return out
 
 
-def near_tie_tolerance(layer: PackedLayer, x: np.ndarray, scale: float) -> np.ndarray:
-    """(batch, V): the band around 0 within which the first layer's float64 u = p·Σ W x + b may have the wrong sign.
+def near_tie_tolerance(layer: PackedLayer, x: np.ndarray, scale: float, unit_roundoff: float = UNIT_ROUNDOFF,
+                       safety: float = NEAR_TIE_SAFETY) -> np.ndarray:
+    """(batch, V): the band around 0 within which a first layer's u = p·S̃ + b, from sums S̃ rounded with unit
+    roundoff u (float64 by default), may have the wrong sign.
 
-    Any float64 summation of K terms, in any order, errs by at most γ_K·Σ|terms| (γ_K ≈ K·u, u = 2^-53); the
-    byte-table sums (P twice, Σx once, a subtraction) and BLAS's dot product, each followed by p· and + b, are
-    together within 4·(K + 2)·u·(p·Σ|x| + |b|) of the exact u. The band is NEAR_TIE_SAFETY = 16 times
-    (K + 2)·u·(p·Σ|x| + |b|): outside it the float sign is the exact sign for both orders (ours and BLAS's);
-    inside it, `exact_pre_activation` decides.
+    Any summation of K terms, in any order, errs by at most γ_K·Σ|terms| (γ_K ≈ K·u); in float64 the byte-table
+    sums (P twice, Σx once, a subtraction) and BLAS's dot product, each followed by p· and + b, are together within
+    4·(K + 2)·u·(p·Σ|x| + |b|) of the exact u. float32 sums (u = 2^-24) of the inputs rounded to float32 err by at
+    most (K + 1)·u·Σ|x|, then p· and + b in float64. The band is `safety` times (K + 2)·u·(p·Σ|x| + 2^-126 + |b|)
+    (NEAR_TIE_SAFETY = 16 in float64, NEAR_TIE_SAFETY32 = 2 in float32; the 2^-126 covers inputs below float32's
+    normal range, rounded to within 2^-150 absolutely): outside it the rounded sign is the exact sign (and, in
+    float64, BLAS's); inside it, the unit is recomputed (float64, then exact_pre_activation). The compiled
+    threshold also lists every unit of an image whose p·Σ|x| could overflow float32 (ebp_binary_kernels.LARGE).
     """
-    magnitude = scale * np.abs(x).sum(axis=1, keepdims=True) + np.abs(layer.b)
-    return NEAR_TIE_SAFETY * (layer.n_inputs + 2) * UNIT_ROUNDOFF * magnitude
+    magnitude = scale * np.abs(x).sum(axis=1, keepdims=True) + kernels.SMALLEST_NORMAL32 + np.abs(layer.b)
+    return safety * (layer.n_inputs + 2) * unit_roundoff * magnitude
 
 
 def exact_pre_activation(layer: PackedLayer, x_row: np.ndarray, unit: int, scale: float) -> Fraction:
     """p·Σ_i W_i x_i + b for one unit and one image, in exact rational arithmetic (the near-tie decider)."""
-    plus = unpack_bits(layer.signs[unit], layer.n_inputs)
-    connected = np.ones_like(plus) if layer.connected is None else unpack_bits(layer.connected[unit], layer.n_inputs)
-    total = sum((Fraction(float(xi)) if is_plus else -Fraction(float(xi)))
-                for xi, is_plus, is_connected in zip(x_row, plus, connected) if is_connected)
+    weights = dense_weights_row(layer, unit)
+    total = sum((Fraction(float(xi)) if w > 0 else -Fraction(float(xi))) for xi, w in zip(x_row, weights) if w)
     return Fraction(scale) * total + Fraction(float(layer.b[unit]))
 
 
-def first_layer_signs(layer: PackedLayer, x: np.ndarray, sums: np.ndarray, scale: float) -> tuple[np.ndarray, int]:
+def dense_weights_row(layer: PackedLayer, unit: int) -> np.ndarray:
+    """(K,) int8: one unit's row of dense_weights (without building the whole matrix)."""
+    row = np.where(unpack_bits(layer.signs[unit], layer.n_positions), 1, -1).astype(np.int8)
+    if layer.connected is not None:
+        row[~unpack_bits(layer.connected[unit], layer.n_positions)] = 0
+    if layer.local is None:
+        return row
+    dense = np.zeros(layer.n_inputs, dtype=np.int8)
+    dense[patch_inputs(*layer.local)[unit]] = row
+    return dense
+
+
+def float64_pre_activations(layer: PackedLayer, x: np.ndarray, pairs: np.ndarray, scale: float) -> np.ndarray:
+    """p·Σ_i W_i x_i + b in float64 for the (image, unit) `pairs` (numpy's dot product, in its order): the
+    recomputation of a first layer's near-ties (recheck_kernel), within near_tie_tolerance of the exact value."""
+    return np.array([scale * np.dot(dense_weights_row(layer, unit).astype(np.float64), x[n]) + layer.b[unit]
+                     for n, unit in pairs])
+
+
+def first_layer_signs(layer: PackedLayer, x: np.ndarray, sums: np.ndarray, scale: float,
+                      unit_roundoff: float = UNIT_ROUNDOFF, safety: float = NEAR_TIE_SAFETY) -> tuple[np.ndarray, int]:
     """The first hidden layer's units, u = p·S + b ≥ 0 (+1 at 0), as booleans, with near-ties (|u| within
-    near_tie_tolerance) decided by the exact sum; returns them and the number of near-ties."""
-    u = scale * sums + layer.b
+    near_tie_tolerance for sums rounded with `unit_roundoff`) decided by the exact sum; returns them and the number
+    of near-ties."""
+    u = scale * sums.astype(np.float64) + layer.b
     plus = u >= 0
-    near = np.argwhere(np.abs(u) <= near_tie_tolerance(layer, x, scale))
+    near = np.argwhere(np.abs(u) <= near_tie_tolerance(layer, x, scale, unit_roundoff, safety))
     for n, v in near:
         plus[n, v] = exact_pre_activation(layer, x[n], v, scale) >= 0
     return plus, len(near)
@@ -426,31 +605,40 @@ def output_sums(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | 
     """The last layer's pre-activations p·(W v) + b (float64, (n, classes)): EBP-D from the packed form.
 
     x: (n, K) standardised images; they are used in float64, as output_ebp_d uses float64 images.
-    engine: "numpy" (readable, below) or "numba" (the compiled kernels at the end; the same numbers). If `counts`
-    is a dict, counts["near_ties"] is increased by the first-layer units decided by the exact sum.
+    engine: "numpy" (readable, below), "numba" (the packed kernels), "blas" (float32 BLAS products on the ±1
+    weights) or "auto" (per layer the faster of the two, layer_methods): the same numbers. If `counts` is a dict,
+    counts["near_ties"] is increased by the first-layer units decided by the exact sum, and (compiled engines)
+    counts["rechecked"] by those recomputed in float64.
     """
     if engine not in INFERENCE_ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {INFERENCE_ENGINES}")
     x = _check_inputs(packed, x)
-    forward = _numpy_forward if engine == "numpy" else _numba_forward
-    sums, near_ties = forward(packed, x)
+    tally = {"near_ties": 0, "rechecked": 0}
+    if engine == "numpy":
+        sums = _numpy_forward(packed, x, tally)
+    else:
+        methods = layer_methods(packed, len(x)) if engine == "auto" else \
+            ["packed" if engine == "numba" else "blas"] * len(packed.layers)
+        sums = _compiled_forward(packed, x, methods, tally)
     if counts is not None:
-        counts["near_ties"] = counts.get("near_ties", 0) + near_ties
+        for key, value in tally.items():
+            if engine != "numpy" or key == "near_ties":
+                counts[key] = counts.get(key, 0) + value
     return sums
 
 
-def _numpy_forward(packed: PackedNetwork, x: np.ndarray) -> tuple[np.ndarray, int]:
-    """output_sums in numpy: the first layer by byte tables, the others by XNOR + popcount; and the near-ties."""
+def _numpy_forward(packed: PackedNetwork, x: np.ndarray, tally: dict) -> np.ndarray:
+    """output_sums in numpy: the first layer by byte tables or patch sums, the others by XNOR + popcount."""
     p, first = packed.scale, packed.layers[0]
     sums = first_layer_sums(first, x)
     if len(packed.layers) == 1:  # no hidden layer: the output is the real sum itself
-        return p * sums + first.b, 0
-    plus, near_ties = first_layer_signs(first, x, sums, p)
+        return p * sums + first.b
+    plus, tally["near_ties"] = first_layer_signs(first, x, sums, p)
     v = pack_bits(plus)
     for layer in packed.layers[1:-1]:
         v = pack_bits(p * popcount_sums(layer, v) + layer.b >= 0)
     last = packed.layers[-1]
-    return p * popcount_sums(last, v) + last.b, near_ties
+    return p * popcount_sums(last, v) + last.b
 
 
 def predict(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | None = None) -> np.ndarray:
@@ -459,78 +647,232 @@ def predict(packed: PackedNetwork, x, engine: str = "numpy", counts: dict | None
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The compiled engine (engine="numba"): working copies for ebp_binary_kernels, and the near-ties decided exactly
+# Engine "auto": which method each layer uses at a batch size, and the calibration that measures it
 # ----------------------------------------------------------------------------------------------------------
 
-def _numba_arrays(layer: PackedLayer) -> dict:
-    """The compiled engine's working copies of a layer, made on first use and kept on it: sign and mask words and
-    first-layer bytes transposed to (word or byte, unit), and each byte's range of connected units. (The stored
-    format is row-major; where there is no mask plane the signs stand in for it, unread.)"""
-    if layer._numba is None:
-        signs_t = np.ascontiguousarray(layer.signs.T)
-        plus_t = np.ascontiguousarray(layer.plus_bytes.T)
-        if layer.connected is None:
-            connected_t, minus_t = signs_t, plus_t
-            unit_span = np.tile(np.array([0, layer.n_units], dtype=np.int64), (plus_t.shape[0], 1))
+def default_plan(packed: PackedNetwork) -> dict:
+    """The stated rule (DEFAULT_BLAS_FROM_BATCH): a dense first layer takes float32 BLAS from batch 8 on, every
+    other layer its packed kernel at every batch size."""
+    first = packed.layers[0]
+    crossover = [DEFAULT_BLAS_FROM_BATCH if first.local is None and len(packed.layers) > 1 else None]
+    return {"blas_from_batch": crossover + [None] * (len(packed.layers) - 1), "source": "stated rule"}
+
+
+def layer_methods(packed: PackedNetwork, batch: int) -> list[str]:
+    """The method of each layer at this batch size: "blas" from the plan's blas_from_batch on, else "packed". The
+    plan is packed.plan (calibrate's measurement) or, without one, default_plan."""
+    plan = packed.plan or default_plan(packed)
+    return ["blas" if start is not None and batch >= start else "packed" for start in plan["blas_from_batch"]]
+
+
+def calibrate(packed: PackedNetwork, x=None, batch_sizes=CALIBRATION_BATCHES, repeats: int = 3, seed: int = 0
+              ) -> dict:
+    """Measure, for every layer, the packed kernel and the float32 BLAS product at each of `batch_sizes` (best of
+    `repeats`, CPU time of this process, with the threads the caller allows) on inputs of the layer's kind: images
+    from `x` (repeated as needed; standard normal pixels if None) for the first layer, whose near-ties depend on
+    the data, random ±1 bits for the others. Stores the result as packed.plan: blas_from_batch[k] = the smallest
+    measured batch size from which BLAS was faster at that size and at every larger one measured (None: the packed
+    kernel at every size). The plan changes speed only, never a result. Returns the plan, with the timings
+    (seconds per image) under "measured"."""
+    rng = np.random.default_rng(seed)
+    crossover, measured = [], []
+    for k, layer in enumerate(packed.layers):
+        times = {}
+        for batch in batch_sizes:
+            if k == 0:
+                data = rng.standard_normal((batch, layer.n_inputs)) if x is None else \
+                    _check_inputs(packed, np.resize(np.asarray(x), (batch, layer.n_inputs)))
+            else:
+                data = pack_bits(rng.random((batch, layer.n_inputs)) < 0.5)
+            last = k == len(packed.layers) - 1
+            row = {}
+            for method in METHODS:
+                _layer_step(packed, k, layer, data, method, last, {"near_ties": 0, "rechecked": 0})  # compile, warm
+                seconds = []
+                for _ in range(repeats):
+                    start = time.process_time()
+                    _layer_step(packed, k, layer, data, method, last, {"near_ties": 0, "rechecked": 0})
+                    seconds.append(time.process_time() - start)
+                row[method] = min(seconds) / batch
+            times[batch] = row
+        blas_wins = [times[batch]["blas"] < times[batch]["packed"] for batch in batch_sizes]
+        start = None
+        for i in range(len(batch_sizes) - 1, -1, -1):  # the longest run of BLAS wins up to the largest size
+            if not blas_wins[i]:
+                break
+            start = batch_sizes[i]
+        crossover.append(start)
+        measured.append({str(batch): row for batch, row in times.items()})
+    packed.plan = {"blas_from_batch": crossover, "source": "measured by ebp_binary.calibrate",
+                   "batch_sizes": list(batch_sizes)}
+    return {**packed.plan, "measured": measured}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The compiled engines: working copies for ebp_binary_kernels, each layer by its method, near-ties decided exactly
+# ----------------------------------------------------------------------------------------------------------
+
+def _work(layer: PackedLayer, name: str) -> np.ndarray:
+    """A working copy of the layer's weights for a compiled kernel or BLAS, made on first use and kept on it:
+    signs_t / connected_t (word, unit) and plus_t / minus_t / unit_span (byte, unit) for the dense kernels, patch32
+    (block, block, unit) float32 for the local kernel, dense8 (V, K) int8 for the float64 recheck, dense32 (V, K)
+    float32 for BLAS. (The stored format is row-major; where there is no mask plane the signs stand in for it,
+    unread.)"""
+    if name not in layer._work:
+        w = layer._work
+        if name in ("signs_t", "connected_t"):
+            w["signs_t"] = np.ascontiguousarray(layer.signs.T)
+            w["connected_t"] = w["signs_t"] if layer.connected is None else np.ascontiguousarray(layer.connected.T)
+        elif name in ("plus_t", "minus_t", "unit_span"):
+            w["plus_t"] = np.ascontiguousarray(layer.plus_bytes.T)
+            if layer.connected is None:
+                w["minus_t"] = w["plus_t"]
+                w["unit_span"] = np.tile(np.array([0, layer.n_units], dtype=np.int64), (w["plus_t"].shape[0], 1))
+            else:
+                w["minus_t"] = np.ascontiguousarray(layer.minus_bytes.T)
+                used = word_bytes(layer.connected, layer.n_inputs).T != 0  # (byte, unit)
+                first = np.where(used.any(axis=1), used.argmax(axis=1), 0)
+                last = np.where(used.any(axis=1), layer.n_units - used[:, ::-1].argmax(axis=1), 0)
+                w["unit_span"] = np.stack([first, last], axis=1).astype(np.int64)
+        elif name == "patch32":
+            w["patch32"] = patch_weights(layer).astype(np.float32)
+        elif name == "dense8":
+            w["dense8"] = dense_weights(layer)
+        elif name == "dense32":
+            w["dense32"] = dense_weights(layer).astype(np.float32)
         else:
-            connected_t = np.ascontiguousarray(layer.connected.T)
-            minus_t = np.ascontiguousarray(layer.minus_bytes.T)
-            used = word_bytes(layer.connected, layer.n_inputs).T != 0  # (byte, unit)
-            first = np.where(used.any(axis=1), used.argmax(axis=1), 0)
-            last = np.where(used.any(axis=1), layer.n_units - used[:, ::-1].argmax(axis=1), 0)
-            unit_span = np.stack([first, last], axis=1).astype(np.int64)
-        layer._numba = {"signs_t": signs_t, "connected_t": connected_t, "plus_t": plus_t, "minus_t": minus_t,
-                        "unit_span": unit_span}
-    return layer._numba
+            raise KeyError(name)
+    return layer._work[name]
 
 
-def _numba_popcount_sums(layer: PackedLayer, v_words: np.ndarray) -> np.ndarray:
-    """popcount_sums by the compiled kernel."""
-    a = _numba_arrays(layer)
-    out = np.empty((len(v_words), layer.n_units), dtype=np.int64)
-    kernels.popcount_sums_kernel(a["signs_t"], a["connected_t"], layer.connected is not None, layer.fan_in,
-                          np.ascontiguousarray(v_words), out)
-    return out
+def _pm1(v_words: np.ndarray, n_bits: int, dtype=np.float32) -> np.ndarray:
+    """Packed ±1 units as a (n, n_bits) array of ±1.0."""
+    return np.where(unpack_bits(v_words, n_bits), dtype(1), dtype(-1))
 
 
-def _numba_first_layer_sums(layer: PackedLayer, x: np.ndarray) -> np.ndarray:
-    """first_layer_sums by the compiled kernel."""
-    a = _numba_arrays(layer)
-    out = np.empty((len(x), layer.n_units))
-    kernels.first_layer_sums_kernel(x, a["plus_t"], a["minus_t"], layer.connected is not None, a["unit_span"], out)
-    return out
-
-
-def _numba_first_layer_words(layer: PackedLayer, x: np.ndarray, scale: float) -> tuple[np.ndarray, int]:
-    """The first hidden layer's units packed as words, near-ties decided by the exact sum (first_layer_signs)."""
-    sums = _numba_first_layer_sums(layer, x)
-    words = np.zeros((len(x), n_words(layer.n_units)), dtype=np.uint64)
-    near = np.empty((64, 2), dtype=np.int64)
-    n_near = kernels.first_layer_signs_kernel(sums, x, layer.b, scale, layer.n_inputs, NEAR_TIE_SAFETY, UNIT_ROUNDOFF,
-                                       words, near)
-    if n_near > len(near):  # more near-ties than the buffer holds (never seen): decide them all in numpy
-        plus, n_near = first_layer_signs(layer, x, sums, scale)
-        return pack_bits(plus), n_near
-    for n, unit in near[:n_near]:
+def _ties_to_words(layer: PackedLayer, x: np.ndarray, scale: float, near: np.ndarray, words: np.ndarray,
+                   tally: dict) -> None:
+    """The near-ties `near` (rows (image, unit)) of a first layer: recomputed in float64 (recheck_kernel); those
+    still within the float64 bound decided by the exact rational sum; their bits set or cleared in `words`."""
+    if not len(near):
+        return
+    tolerance = NEAR_TIE_SAFETY * (layer.n_inputs + 2) * UNIT_ROUNDOFF
+    near = np.ascontiguousarray(near, dtype=np.int64)
+    left = kernels.recheck_kernel(x, _work(layer, "dense8"), layer.b, scale, tolerance, near, len(near), words)
+    tally["rechecked"] += len(near)
+    tally["near_ties"] += left
+    for n, unit in near[:left]:
         bit = np.uint64(1) << np.uint64(unit % 64)
         if exact_pre_activation(layer, x[n], unit, scale) >= 0:
             words[n, unit // 64] |= bit
         else:
             words[n, unit // 64] &= ~bit
-    return words, n_near
 
 
-def _numba_forward(packed: PackedNetwork, x: np.ndarray) -> tuple[np.ndarray, int]:
-    """_numpy_forward with the compiled kernels."""
-    p, first = packed.scale, packed.layers[0]
-    if len(packed.layers) == 1:
-        return p * _numba_first_layer_sums(first, x) + first.b, 0
-    v, near_ties = _numba_first_layer_words(first, x, p)
-    for layer in packed.layers[1:-1]:
-        a = _numba_arrays(layer)
-        out = np.zeros((len(x), n_words(layer.n_units)), dtype=np.uint64)
-        kernels.hidden_layer_kernel(a["signs_t"], a["connected_t"], layer.connected is not None, layer.fan_in,
-                                    layer.b, p, v, out)
-        v = out
-    last = packed.layers[-1]
-    return p * _numba_popcount_sums(last, v) + last.b, near_ties
+def _first_layer_sums_compiled(layer: PackedLayer, x: np.ndarray, method: str) -> tuple[np.ndarray, float]:
+    """A first layer's sums on real inputs by `method`, and the unit roundoff of their rounding: byte tables
+    (float64) or patch sums (float32) for "packed", a float32 product with the ±1 weights for "blas"."""
+    if method == "blas":
+        with np.errstate(over="ignore", invalid="ignore"):  # huge inputs: the threshold recomputes them in float64
+            return x.astype(np.float32) @ _work(layer, "dense32").T, UNIT_ROUNDOFF32
+    if layer.local is not None:
+        out = np.empty((len(x), layer.n_units), dtype=np.float32)
+        side = layer.local[0]
+        kernels.local_sums_kernel(x.reshape(len(x), side, side), _work(layer, "patch32"), out)
+        return out, UNIT_ROUNDOFF32
+    out = np.empty((len(x), layer.n_units))
+    kernels.first_layer_sums_kernel(x, _work(layer, "plus_t"), _work(layer, "minus_t"), layer.connected is not None,
+                                    _work(layer, "unit_span"), out)
+    return out, UNIT_ROUNDOFF
+
+
+def _first_layer_words(layer: PackedLayer, x: np.ndarray, scale: float, method: str, tally: dict) -> np.ndarray:
+    """The first hidden layer's units packed as words: rounded sums (BLAS_CHUNK images at a time, so that the
+    inputs and sums of a chunk stay in cache), signs with near-ties listed (threshold_kernel), and the near-ties
+    decided exactly (_ties_to_words)."""
+    words = np.zeros((len(x), n_words(layer.n_units)), dtype=np.uint64)
+    near = np.empty((max(64, len(x)), 2), dtype=np.int64)
+    found = 0
+    for start in range(0, len(x), BLAS_CHUNK):
+        chunk = x[start:start + BLAS_CHUNK]
+        sums, roundoff = _first_layer_sums_compiled(layer, chunk, method)
+        safety = NEAR_TIE_SAFETY if roundoff == UNIT_ROUNDOFF else NEAR_TIE_SAFETY32
+        tolerance = safety * (layer.n_inputs + 2) * roundoff
+        count = kernels.threshold_kernel(sums, chunk, layer.b, scale, tolerance, words, start, near, found)
+        if found + count > len(near):  # more near-ties than the buffer holds: a larger one, and this chunk again
+            near = np.concatenate([near[:found], np.empty((2 * (found + count), 2), dtype=np.int64)])
+            words[start:start + len(chunk)] = 0
+            count = kernels.threshold_kernel(sums, chunk, layer.b, scale, tolerance, words, start, near, found)
+        found += count
+    _ties_to_words(layer, x, scale, near[:found], words, tally)
+    return words
+
+
+def _hidden_sums(layer: PackedLayer, v_words: np.ndarray, method: str) -> np.ndarray:
+    """Σ W v of a layer on packed ±1 inputs by `method`: exact integers (int64, or float32 below 2^24)."""
+    if method == "blas":
+        return _pm1(v_words, layer.n_inputs) @ _work(layer, "dense32").T
+    if layer.local is not None:
+        side = layer.local[0]
+        out = np.empty((len(v_words), layer.n_units), dtype=np.float32)
+        kernels.local_sums_kernel(_pm1(v_words, layer.n_inputs).reshape(len(v_words), side, side),
+                                  _work(layer, "patch32"), out)
+        return out
+    out = np.empty((len(v_words), layer.n_units), dtype=np.int64)
+    kernels.popcount_sums_kernel(_work(layer, "signs_t"), _work(layer, "connected_t"), layer.connected is not None,
+                                 layer.fan_in, v_words, out)
+    return out
+
+
+def _layer_step(packed: PackedNetwork, k: int, layer: PackedLayer, data: np.ndarray, method: str, last: bool,
+                tally: dict) -> np.ndarray:
+    """Layer k of the compiled forward pass on `data` (real images for k = 0, packed ±1 units after): the packed
+    words of a hidden layer, or the float64 output sums p·S + b of the last layer."""
+    p = packed.scale
+    if k == 0:
+        if last:  # no hidden layer: the output is the real sum itself (float64)
+            return p * first_layer_sums(layer, data) + layer.b
+        return _first_layer_words(layer, data, p, method, tally)
+    dense_packed = method == "packed" and layer.local is None  # the common case: one kernel does it all
+    if last and dense_packed:
+        out = np.empty((len(data), layer.n_units))
+        kernels.output_layer_kernel(_work(layer, "signs_t"), _work(layer, "connected_t"), layer.connected is not None,
+                                    layer.fan_in, layer.b, p, data, out)
+        return out
+    if last:
+        return p * _hidden_sums(layer, data, method).astype(np.float64) + layer.b
+    out = np.zeros((len(data), n_words(layer.n_units)), dtype=np.uint64)
+    if dense_packed:
+        kernels.hidden_layer_kernel(_work(layer, "signs_t"), _work(layer, "connected_t"), layer.connected is not None,
+                                    layer.fan_in, layer.b, p, data, out)
+    else:
+        kernels.sign_words_kernel(_hidden_sums(layer, data, method), layer.b, p, out)
+    return out
+
+
+def _compiled_forward(packed: PackedNetwork, x: np.ndarray, methods: list[str], tally: dict) -> np.ndarray:
+    """_numpy_forward with the compiled kernels or BLAS, layer by layer as `methods` says."""
+    data = x
+    for k, (layer, method) in enumerate(zip(packed.layers, methods)):
+        data = _layer_step(packed, k, layer, data, method, k == len(packed.layers) - 1, tally)
+    return data
+
+
+def _numba_popcount_sums(layer: PackedLayer, v_words: np.ndarray) -> np.ndarray:
+    """popcount_sums by the compiled kernels (int64; a local layer's float32 sums are integers)."""
+    sums = _hidden_sums(layer, np.ascontiguousarray(v_words), "packed")
+    return sums if sums.dtype == np.int64 else np.rint(sums).astype(np.int64)
+
+
+def _numba_first_layer_sums(layer: PackedLayer, x: np.ndarray) -> np.ndarray:
+    """A first layer's sums by its packed kernel (float64 byte tables, or float32 patch sums), as float64."""
+    return _first_layer_sums_compiled(layer, np.ascontiguousarray(x, dtype=np.float64), "packed")[0].astype(np.float64)
+
+
+def _numba_first_layer_words(layer: PackedLayer, x: np.ndarray, scale: float, method: str = "packed"
+                             ) -> tuple[np.ndarray, int]:
+    """The first hidden layer's units packed as words by the compiled engine, and the near-ties decided by the
+    exact sum."""
+    tally = {"near_ties": 0, "rechecked": 0}
+    words = _first_layer_words(layer, np.ascontiguousarray(x, dtype=np.float64), scale, method, tally)
+    return words, tally["near_ties"]

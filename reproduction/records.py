@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -77,6 +78,96 @@ def machine_record(packages=("numpy", "scipy", "numba"), git_paths=(".", ":(excl
                      if i.get("user_api") == "blas"],
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "platform": platform.platform(), **git_state(REPO, git_paths)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Timings: the machine they ran on, and whether it was busy (one guard for every benchmark script)
+# ----------------------------------------------------------------------------------------------------------
+
+# The instruction-set extensions that decide which kernels run: AVX2 / AVX-512 for BLAS and numba's vectorised
+# loops, AVX-512 VPOPCNTDQ for counting the bits of 8 words in one instruction (the XNOR-popcount kernels).
+TIMING_CPU_FLAGS = ("popcnt", "avx2", "fma", "avx512f", "avx512bw", "avx512_vpopcntdq")
+# A timing is "loaded" when the 1-minute load average exceeds this many runnable processes per core: beyond it
+# other jobs hold every core and the measured code shares one with them (its speed is then not the machine's).
+LOAD_PER_CORE_LIMIT = 1.0
+
+
+class LoadedMachineError(SystemExit):
+    """A benchmark refused to measure, or to write its record, on a loaded machine (exit status 1, message on
+    stderr). A SystemExit so that a script needs no handler of its own: the guard's message is what the user sees."""
+
+
+def cpu_flags(names=TIMING_CPU_FLAGS, cpuinfo="/proc/cpuinfo") -> dict | None:
+    """{flag: present} for the extensions `names`, from the first `flags` line of /proc/cpuinfo; None where it
+    cannot be read (not Linux)."""
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            if line.startswith("flags"):
+                present = set(line.split(":", 1)[1].split())
+                return {name: name in present for name in names}
+    except OSError:
+        pass
+    return None
+
+
+def load_average() -> list[float] | None:
+    """os.getloadavg() (1, 5 and 15 minutes) as a list, None where the platform has none."""
+    try:
+        return list(os.getloadavg())
+    except (AttributeError, OSError):
+        return None
+
+
+def add_allow_loaded_option(parser) -> None:
+    """The --allow-loaded flag of every benchmark script (timing_record, finish_timing_record)."""
+    parser.add_argument("--allow-loaded", action="store_true",
+                        help=f"measure and write the record even when the 1-minute load average exceeds "
+                             f"{LOAD_PER_CORE_LIMIT:g} per core; the record then says \"loaded\": true and must not "
+                             f"be quoted as the machine's speed")
+
+
+def _judge_load(record: dict, load, when: str, own_processes: int, allow_loaded: bool) -> None:
+    """Record the load average `load` taken `when` ("start" or "end"), mark the record loaded if its 1-minute value
+    exceeds the limit (plus `own_processes`, the benchmark's own busy processes, which count in it at the end), and
+    refuse (LoadedMachineError) or warn loudly."""
+    record[f"load_average_at_{when}"] = load
+    limit = LOAD_PER_CORE_LIMIT * (record.get("cores") or 1) + own_processes
+    busy = load is not None and load[0] > limit
+    record["loaded"] = bool(record.get("loaded")) or busy
+    if not busy:
+        return
+    message = (f"the 1-minute load average at the {when} was {load[0]:.2f}, above {limit:g} ({LOAD_PER_CORE_LIMIT:g} "
+               f"per core on {record.get('cores')} cores" + (f", plus {own_processes} of this benchmark's own"
+                                                             if own_processes else "") + ")")
+    if not allow_loaded:
+        raise LoadedMachineError(f"refusing to {'measure' if when == 'start' else 'write the record'}: {message}; "
+                                 f"other jobs share the cores and the timings would not be this machine's. Run it "
+                                 f"on an idle machine, or pass --allow-loaded to record a loaded measurement "
+                                 f"(marked \"loaded\": true).")
+    bar = "!" * 100
+    print(f"{bar}\nWARNING: LOADED MACHINE: {message}. The record says \"loaded\": true; do not quote these "
+          f"timings.\n{bar}", file=sys.stderr, flush=True)
+
+
+def timing_record(packages=("numpy", "scipy", "numba"), git_paths=(".", ":(exclude)outputs"),
+                  allow_loaded: bool = False, load=None) -> dict:
+    """machine_record, with the CPU's flags (cpu_flags) and the load average before the timings start.
+
+    Refuses (LoadedMachineError) when the 1-minute load average exceeds LOAD_PER_CORE_LIMIT per core, unless
+    allow_loaded: then the record says "loaded": true and a loud warning goes to stderr. `load` replaces the
+    measured load average (tests). Call finish_timing_record when the timings are done."""
+    record = {**machine_record(packages, git_paths), "cpu_flags": cpu_flags(), "load_limit_per_core":
+              LOAD_PER_CORE_LIMIT, "loaded": False}
+    _judge_load(record, load_average() if load is None else list(load), "start", 0, allow_loaded)
+    return record
+
+
+def finish_timing_record(record: dict, allow_loaded: bool = False, own_processes: int = 1, load=None) -> bool:
+    """Add the load average after the timings to a timing_record and judge it as at the start, counting the
+    benchmark's `own_processes` busy processes (they raise the load average it reads); returns record["loaded"].
+    Refuses (LoadedMachineError) to let a loaded measurement be written unless allow_loaded."""
+    _judge_load(record, load_average() if load is None else list(load), "end", own_processes, allow_loaded)
+    return record["loaded"]
 
 
 def write_atomically(path, data: bytes | str) -> None:

@@ -6,8 +6,9 @@ on the first --images training images at batch 10, in one compiled call per grou
 warm-up call that compiles it. The fast engine (numba, one run) is timed on the same images in the same process.
 Printed and written to JSON: images per second over all runs of a group, and paper-protocol runs per hour
 extrapolated from it (120 epochs of 60,000 images; training only, evaluation not included), labelled as
-extrapolated, with the device, library versions, CPU and load average. A measurement taken above a load average of
-1 per core is flagged as such and must not be quoted.
+extrapolated, with the device, library versions, CPU model and flags and the load average before and after
+(reproduction.records.timing_record): above 1 per core it refuses to run, or with --allow-loaded records
+"loaded": true (such a measurement must not be quoted).
 
   python scripts/benchmark_jax.py --out .cache/benchmark_jax.json                  # whatever device JAX finds
   python scripts/benchmark_jax.py --images 2000 --groups 1 3 --architectures 800   # a short look
@@ -15,7 +16,6 @@ extrapolated, with the device, library versions, CPU and load average. A measure
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -39,6 +39,7 @@ def parse_args(argv=None):
     parser.add_argument("--weights", choices=ebp_lib.WEIGHT_TYPES, default="binary")
     parser.add_argument("--skip-fast", action="store_true", help="do not time the fast engine")
     parser.add_argument("--out", help="write the measurements as JSON here")
+    records.add_allow_loaded_option(parser)
     args = parser.parse_args(argv)
     if args.images < args.batch_size or args.images % args.batch_size:
         parser.error(f"--images must be a positive multiple of the batch size {args.batch_size}")
@@ -93,20 +94,14 @@ def time_group(net_args: dict, x, y, batch_size: int, group: int) -> float:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    load = os.getloadavg()
-    cores = os.cpu_count() or 1
+    machine = records.timing_record(("numpy", "numba", "jax", "jaxlib"), allow_loaded=args.allow_loaded)
     data = ebp_data.load_dataset("mnist", dtype=np.float32)  # standardised with all 60,000 images' statistics
     x, y = data.x_train[:args.images], data.y_train[:args.images]
     out = {"what": "EBP training throughput, JAX engine (vmap over runs) beside the fast engine",
            "images_per_call": args.images, "batch_size": args.batch_size, "weights": args.weights,
            "extrapolation": f"runs per hour = 3600 x images per second / {PAPER_IMAGES:,} (120 epochs of 60,000 "
                             f"images, training only): extrapolated, not measured over a whole run",
-           "machine": {**records.machine_record(("numpy", "numba", "jax", "jaxlib")), "load_average_at_start": load},
-           "device": device_record(), "results": []}
-    out["loaded"] = load[0] > cores
-    if out["loaded"]:
-        print(f"warning: load average {load[0]:.1f} on {cores} cores: these timings are not idle and must not be "
-              f"quoted", file=sys.stderr)
+           "machine": machine, "loaded": machine["loaded"], "device": device_record(), "results": []}
     for architecture in args.architectures:
         net_args = {"architecture": ebp_lib.paper_architecture(architecture), "weights": args.weights,
                     "dtype": np.float32}
@@ -129,6 +124,7 @@ def main(argv=None) -> int:
                   f"{entry['runs_per_hour_extrapolated']:.2f} paper runs per hour (extrapolated)"
                   + (f", {entry['ratio_to_fast']:.2f}x the fast engine" if "fast" in row else ""))
         out["results"].append(row)
+    out["loaded"] = records.finish_timing_record(machine, args.allow_loaded)
     if args.out:
         records.write_json(args.out, out)
     return 0

@@ -2,7 +2,9 @@
 
 The agreement tests train small binary nets briefly with the fast engine (1 epoch on the first 3,000 MNIST
 training images) and require the packed predictions to equal output_ebp_d(net, x).argmax(1) on all 10,000 test
-images, with the last layer's sums equal to output_ebp_d's exactly (they are p·(integer) + b in both).
+images, with the last layer's sums equal to output_ebp_d's exactly (they are p·(integer) + b in both), for every
+engine: the packed kernels, float32 BLAS on the ±1 weights, the per-layer choice between them, and (on 1,000
+images) the readable numpy.
 """
 from __future__ import annotations
 
@@ -61,26 +63,102 @@ def test_packed_predictions_equal_ebp_d_on_all_test_images(name, data, tmp_path)
     assert packed.scale == (net.keep if dropout == "sampled" else 1.0)
 
     reference = ebp.output_ebp_d(net, data.x_test)
-    counts = {}
-    sums = eb.output_sums(packed, data.x_test, engine="numba", counts=counts)
-    mismatches = int(np.sum(sums.argmax(axis=1) != reference.argmax(axis=1)))
-    assert mismatches == 0, f"{name}: {mismatches} test images predicted differently ({counts} near-ties)"
-    # every hidden unit agreed, so the output sums p·S + b are the same float64 numbers
-    np.testing.assert_array_equal(sums, reference)
-    # the readable numpy engine gives the same sums (first 1,000 images: it is slower)
+    for engine in ("numba", "blas", "auto"):
+        counts = {}
+        sums = eb.output_sums(packed, data.x_test, engine=engine, counts=counts)
+        mismatches = int(np.sum(sums.argmax(axis=1) != reference.argmax(axis=1)))
+        assert mismatches == 0, f"{name}, {engine}: {mismatches} test images predicted differently ({counts})"
+        # every hidden unit agreed, so the output sums p·S + b are the same float64 numbers
+        np.testing.assert_array_equal(sums, reference)
+    # the readable numpy engine gives the same sums (first 1,000 images: it is slower), and one image at a time too
     np.testing.assert_array_equal(eb.output_sums(packed, data.x_test[:1000], engine="numpy"), reference[:1000])
+    for engine in ("numba", "blas", "auto"):
+        np.testing.assert_array_equal(np.concatenate([eb.output_sums(packed, data.x_test[i:i + 1], engine)
+                                                      for i in range(20)]), reference[:20])
 
 
-def test_the_mask_plane_marks_exactly_the_weights_off_the_mask():
+def test_a_local_layer_stores_its_patches_only_and_derives_its_mask():
+    """361-100: both local layers keep block² = 100 bits per unit (2 words, not 13 or 6) and no mask plane; the
+    weights they stand for, placed by the architecture, are EBP-D's sign(h) times the mask."""
     net = ebp.init_network(ebp.paper_architecture("361-100"), "binary", seed=0)
     packed = eb.export_network(net)
+    assert [layer.local for layer in packed.layers] == [(28, 10), (19, 10), None]
     for layer, packed_layer in zip(net.layers, packed.layers):
-        assert (packed_layer.connected is not None) == (layer.mask is not None)
-        k = packed_layer.n_inputs
-        weights = np.where(eb.unpack_bits(packed_layer.signs, k), 1.0, -1.0)  # the packed W: ±1, 0 off the mask
-        if packed_layer.connected is not None:
-            weights = weights * eb.unpack_bits(packed_layer.connected, k)
-        np.testing.assert_array_equal(weights, np.sign(layer.h) * (layer.mask if layer.mask is not None else 1))
+        assert packed_layer.connected is None
+        assert packed_layer.signs.shape == (len(layer.h), eb.n_words(packed_layer.n_positions))
+        np.testing.assert_array_equal(eb.dense_weights(packed_layer),
+                                      np.sign(layer.h) * (layer.mask if layer.mask is not None else 1))
+        for unit in (0, 7, len(layer.h) - 1):
+            np.testing.assert_array_equal(eb.dense_weights_row(packed_layer, unit), eb.dense_weights(packed_layer)[unit])
+
+
+def test_block13_packed_is_at_least_30_times_smaller_than_float32():
+    """The block-13 net: float32 ⟨W⟩ (the dense matrices the float path multiplies by) and float32 biases against the
+    packed sign planes (169 bits per hidden unit) and float64 biases."""
+    net = ebp.init_network(ebp.paper_architecture("block13"), "binary", seed=0)
+    float32_bytes = sum(layer.h.size * 4 + layer.b.size * 4 for layer in net.layers)
+    packed = eb.model_bytes(eb.export_network(net))
+    assert packed == {"signs": 256 * 3 * 8 + 10 * 4 * 8, "masks": 0, "biases": 266 * 8, "total": 8592}
+    assert float32_bytes / packed["total"] >= 30
+
+
+def test_weights_exactly_zero_get_a_mask_plane_over_the_stored_positions(data):
+    """h exactly 0 makes an EBP-D weight 0: a dense layer and a local layer then store a `connected` plane over their
+    own positions (inputs, patch), and every engine still equals output_ebp_d."""
+    net = train(ebp.paper_architecture("361-100"), None, data)
+    net.layers[0].h[:, 28 * 5 + 5] = 0.0     # an input inside many patches of layer 1
+    net.layers[2].h[:, :7] = 0.0             # the output layer (dense)
+    packed = eb.export_network(net)
+    assert [layer.connected is not None for layer in packed.layers] == [True, False, True]
+    assert packed.layers[0].connected.shape == packed.layers[0].signs.shape == (361, 2)
+    np.testing.assert_array_equal(eb.dense_weights(packed.layers[0]), np.sign(net.layers[0].h) * net.layers[0].mask)
+    reference = ebp.output_ebp_d(net, data.x_test[:2000])
+    for engine in eb.INFERENCE_ENGINES:
+        np.testing.assert_array_equal(eb.output_sums(packed, data.x_test[:2000], engine), reference)
+
+
+def test_a_version_1_file_with_full_width_mask_planes_is_still_read(data, tmp_path):
+    """Format 1 stored every layer at full width with a mask plane for spatial ones: it loads as dense layers
+    with mask planes and predicts the same."""
+    net = train(ebp.paper_architecture("block13"), None, data)
+    arrays, specs = {}, []
+    for k, (w, b) in enumerate(ebp.ebp_d_parameters(net)):
+        arrays[f"signs{k}"], arrays[f"b{k}"] = eb.pack_bits(w > 0), b
+        if np.any(w == 0):
+            arrays[f"connected{k}"] = eb.pack_bits(w != 0)
+        specs.append({"n_inputs": w.shape[1], "n_units": w.shape[0], "connected": bool(np.any(w == 0))})
+    header = {"format": eb.FORMAT_NAME, "version": 1, "scale": 1.0, "source": {}, "layers": specs}
+    np.savez(tmp_path / "v1.npz", header=np.array(json.dumps(header)), **arrays)
+    packed = eb.load_packed(tmp_path / "v1.npz")
+    assert packed.layers[0].local is None and packed.layers[0].connected is not None and packed.plan is None
+    reference = ebp.output_ebp_d(net, data.x_test[:2000])
+    for engine in ("numba", "auto"):
+        np.testing.assert_array_equal(eb.output_sums(packed, data.x_test[:2000], engine), reference)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Engine "auto": the stated rule, the measured calibration stored with the model
+# ----------------------------------------------------------------------------------------------------------
+
+def test_the_stated_rule_and_a_calibrated_plan_choose_per_layer_and_the_plan_is_saved(data, tmp_path):
+    packed = eb.export_network(train([30, 30, 10], None, data))
+    assert packed.plan is None
+    assert eb.layer_methods(packed, 1) == ["packed"] * 3
+    assert eb.layer_methods(packed, eb.DEFAULT_BLAS_FROM_BATCH) == ["blas", "packed", "packed"]
+    block = eb.export_network(ebp.init_network(ebp.paper_architecture("block13"), "binary", seed=0))
+    assert eb.layer_methods(block, 1000) == ["packed", "packed"]  # the rule: local layers stay packed
+
+    plan = eb.calibrate(packed, data.x_test[:50], batch_sizes=(1, 4, 16), repeats=1)
+    assert packed.plan["blas_from_batch"] == plan["blas_from_batch"] and len(plan["blas_from_batch"]) == 3
+    assert set(plan["measured"][0]) == {"1", "4", "16"} and set(plan["measured"][0]["1"]) == {"packed", "blas"}
+    # a plan never changes a result: force every mixture of methods
+    reference = eb.output_sums(packed, data.x_test[:300], "numpy")
+    for crossover in ([1, None, 1], [None, 1, None], [200, 1, 1]):
+        packed.plan = {"blas_from_batch": crossover}
+        np.testing.assert_array_equal(eb.output_sums(packed, data.x_test[:300], "auto"), reference)
+    assert eb.layer_methods(packed, 300) == ["blas", "blas", "blas"] and eb.layer_methods(packed, 1)[0] == "packed"
+    eb.save_packed(tmp_path / "planned.npz", packed)
+    assert eb.load_packed(tmp_path / "planned.npz").plan == {"blas_from_batch": [200, 1, 1]}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -105,6 +183,7 @@ def test_xnor_popcount_equals_the_dot_product_of_pm1_vectors(k):
                                np.zeros(7), k)
         np.testing.assert_array_equal(eb.popcount_sums(layer, v_words), v @ w_eff.T)
         np.testing.assert_array_equal(eb._numba_popcount_sums(layer, v_words), v @ w_eff.T)
+        np.testing.assert_array_equal(eb._hidden_sums(layer, v_words, "blas"), v @ w_eff.T)
 
 
 @pytest.mark.parametrize("k", [5, 70, 784])
@@ -121,6 +200,22 @@ def test_first_layer_sums_without_multiplications_match_the_dot_product(k):
         bound = 4 * k * np.finfo(float).eps * np.abs(x).sum(axis=1, keepdims=True)  # rounding, any order
         assert np.all(np.abs(eb.first_layer_sums(layer, x) - exact) <= bound)
         assert np.all(np.abs(eb._numba_first_layer_sums(layer, x) - exact) <= bound)
+
+
+@pytest.mark.parametrize("side, block", [(28, 13), (10, 3), (5, 5)])
+def test_local_sums_match_the_dense_product_with_the_derived_mask(side, block):
+    rng = np.random.default_rng(block)
+    m = side - block + 1
+    w = rng.choice([-1.0, 1.0], size=(m * m, side * side)) * ebp.local_mask(side, block)
+    patches = np.take_along_axis(w, eb.patch_inputs(side, block), axis=1)
+    layer = eb.PackedLayer(eb.pack_bits(patches > 0), None, np.zeros(m * m), side * side, (side, block))
+    np.testing.assert_array_equal(eb.dense_weights(layer), w)
+    x = rng.standard_normal((6, side * side)) * 3
+    exact = x @ w.T
+    magnitude = np.abs(x).sum(axis=1, keepdims=True)
+    assert np.all(np.abs(eb.first_layer_sums(layer, x) - exact) <= 4 * side ** 2 * np.finfo(float).eps * magnitude)
+    assert np.all(np.abs(eb._numba_first_layer_sums(layer, x) - exact)  # float32
+                  <= (side ** 2 + 1) * eb.UNIT_ROUNDOFF32 * magnitude)
 
 
 def test_byte_tables_hold_every_subset_sum():
@@ -144,11 +239,29 @@ def test_a_near_tie_is_decided_by_the_exact_sum():
     assert eb.exact_pre_activation(layer, x[0], 0, 1.0) == Fraction(-1, 2 ** 56)  # ... the exact one is −
     plus, near_ties = eb.first_layer_signs(layer, x, sums, 1.0)
     assert near_ties == 1 and not plus[0, 0]
-    words, near_ties = eb._numba_first_layer_words(layer, x, 1.0)  # the compiled engine's guard
-    assert near_ties == 1 and words[0, 0] == 0
+    for method in eb.METHODS:  # the compiled engine's guard, after float64 (packed) or float32 (BLAS) sums
+        words, near_ties = eb._numba_first_layer_words(layer, x, 1.0, method)
+        assert near_ties == 1 and words[0, 0] == 0
     layer.b[0] = -b  # now the float and the exact sign agree (+): still a near-tie, decided the same way
-    words, near_ties = eb._numba_first_layer_words(layer, x, 1.0)
-    assert near_ties == 1 and words[0, 0] == 1
+    for method in eb.METHODS:
+        words, near_ties = eb._numba_first_layer_words(layer, x, 1.0, method)
+        assert near_ties == 1 and words[0, 0] == 1
+
+
+def test_inputs_beyond_float32s_range_are_decided_in_float64():
+    """Pixels of 1e37 overflow a float32 sum of 784 of them (inf): every unit of such an image is recomputed in
+    float64, and tiny inputs (below float32's normal range) are covered by the band's 2^-126: the float32 engines
+    still give the numpy engine's exact numbers."""
+    net = ebp.init_network([40, 10], "binary", seed=0)
+    net.layers[0].b[:] = np.random.default_rng(1).standard_normal(40) * 1e-38
+    packed = eb.export_network(net)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal((2, 784)) * 1e37, rng.standard_normal((2, 784)) * 1e-39])
+    reference = eb.output_sums(packed, x, "numpy")
+    counts = {}
+    np.testing.assert_array_equal(eb.output_sums(packed, x, "blas", counts), reference)
+    assert counts["rechecked"] >= 2 * 40  # both huge images: every unit
+    np.testing.assert_array_equal(eb.output_sums(packed, x, "numba"), reference)
 
 
 def test_numba_and_numpy_engines_agree_on_a_trained_net(data):
@@ -200,10 +313,28 @@ def header_with(path, **changes):
 
 
 def test_loader_refuses_another_version(packed_file, tmp_path):
-    bad = rewrite(packed_file, tmp_path / "v2.npz", header=header_with(packed_file, version=2))
-    with pytest.raises(eb.PackedFormatError, match=r"v2\.npz: written in format version 2; this loader reads "
-                                                    r"version 1"):
+    bad = rewrite(packed_file, tmp_path / "v3.npz", header=header_with(packed_file, version=3))
+    with pytest.raises(eb.PackedFormatError, match=r"v3\.npz: written in format version 3; this loader reads "
+                                                    r"versions 1, 2"):
         eb.load_packed(bad)
+
+
+def test_loader_refuses_a_local_geometry_or_a_plan_that_does_not_fit(tmp_path):
+    path = tmp_path / "block.npz"
+    eb.save_packed(path, eb.export_network(ebp.init_network(ebp.paper_architecture("block13"), "binary", seed=0)))
+    with np.load(path) as f:
+        layers = json.loads(str(f["header"]))["layers"]
+    for local, message in [([28, 12], r"a block-12 layer on a 28x28 map has 289 units, not 256"),
+                           ([27, 13], r"input side 27 does not square to its 784 inputs"),
+                           ([28, "13"], r"local \[28, .13.\] must be \[input_side, block\], two integers")]:
+        bad = rewrite(path, tmp_path / "local.npz", header=header_with(path, layers=[{**layers[0], "local": local},
+                                                                                      layers[1]]))
+        with pytest.raises(eb.PackedFormatError, match=r"local\.npz: layer 1: " + message):
+            eb.load_packed(bad)
+    for plan in ({"blas_from_batch": [8]}, {"blas_from_batch": [0, None]}, {"blas_from_batch": [True, None]}, [8]):
+        bad = rewrite(path, tmp_path / "plan.npz", header=header_with(path, plan=plan))
+        with pytest.raises(eb.PackedFormatError, match=r"plan\.npz: the header's plan .* for each of the 2 layers"):
+            eb.load_packed(bad)
 
 
 def _crafted(path, members: dict) -> Path:
@@ -319,6 +450,11 @@ def test_loader_refuses_a_truncated_file(packed_file, tmp_path):
 def test_inputs_of_the_wrong_width_are_refused(small_binary_net):
     with pytest.raises(ValueError, match=r"inputs have shape \(2, 783\); this network needs \(n, 784\)"):
         eb.predict(eb.export_network(small_binary_net), np.zeros((2, 783)))
+
+
+def test_an_unknown_engine_is_refused(small_binary_net):
+    with pytest.raises(ValueError, match=r"unknown engine 'gpu'; choose one of \('numpy', 'numba', 'blas', 'auto'\)"):
+        eb.output_sums(eb.export_network(small_binary_net), np.zeros((1, 784)), engine="gpu")
 
 
 def test_exact_pre_activation_with_a_mask_and_a_scale():

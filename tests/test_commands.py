@@ -180,7 +180,7 @@ def test_demo_trains_one_epoch_that_learns(real_data_dir):
 def test_benchmark_agrees_and_writes_its_record(tmp_path, real_data_dir):
     record = tmp_path / "benchmark.json"
     check(make("benchmark", f"BENCHMARK_OUT={record}",
-               "BENCHMARK_ARGS=--seconds 0.05 --project-seconds 0.01 --skip-epoch"))
+               "BENCHMARK_ARGS=--seconds 0.05 --project-seconds 0.01 --skip-epoch --allow-loaded"))
     result = json.loads(record.read_text())
     assert result["agreement"] and all(row["ok"] for row in result["agreement"])
     assert result["cases"] and result["whole_paper"]
@@ -190,9 +190,13 @@ def test_benchmark_agrees_and_writes_its_record(tmp_path, real_data_dir):
 def test_binary_benchmark_writes_its_record(tmp_path, real_data_dir):
     record = tmp_path / "binary_inference.json"
     check(make("binary-benchmark", f"BINARY_BENCHMARK_OUT={record}",
-               "BINARY_BENCHMARK_ARGS=--n-train 500 --single-images 5 --rounds 1"))
+               "BINARY_BENCHMARK_ARGS=--quick --n-train 500 --single-images 5 --rounds 1 --allow-loaded"))
     result = json.loads(record.read_text())
-    assert len(result["cases"]) == 3 and result["training_protocol"]["n_train"] == 500
+    assert len(result["cases"]) == 3 and result["training_protocol"]["n_train"] == 500 and result["quick"]
+    assert isinstance(result["loaded"], bool) and result["machine"]["cpu_flags"] is not None
+    assert all(case["mismatches"] == case["mismatches_numba_engine"] == case["mismatches_blas_engine"] == 0
+               for case in result["cases"])
+    assert result["hidden_layer"]["b1000"]["packed_us_per_image"] > 0 and result["targets"]
 
 
 def test_portability_runs_the_tests_it_is_given_under_every_kernel_selection(tmp_path):

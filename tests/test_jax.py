@@ -138,7 +138,7 @@ def test_benchmark_script_records_device_load_and_extrapolation(real_data_dir, t
 
     out = tmp_path / "bench.json"
     assert benchmark_jax.main(["--images", "20", "--groups", "1", "2", "--architectures", "20", "--out",
-                               str(out)]) == 0
+                               str(out), "--allow-loaded"]) == 0  # a test, not a measurement: any load will do
     import json
 
     record = json.loads(out.read_text())

@@ -13,8 +13,9 @@ rational tanh (5e-7) or erf (3.5e-7) where one is used (scripts/fit_rational.py 
 wrong equation (a missing factor, a transposed product, a stale ⟨W⟩, a misplaced mask) errs by the size of the
 terms themselves, orders of magnitude above these bounds. float64 kernels (Δ_L, erfcx) are held to 1e-12
 relative: exp(z²) for z up to 26 amplifies the rounding of z² by z² ≈ 700, i.e. to ~1e-13. The binary kernels
-are exact (integer popcounts, p·S + b rounded as in numpy) except the first layer's real sums, which are rounded
-in another order than numpy's and are held to the bound of ebp_binary.near_tie_tolerance.
+are exact (integer popcounts and float32 sums of ±1 values, p·S + b rounded as in numpy) except the first layer's
+real sums, which are rounded in another order than numpy's (and the local kernel's in float32) and are held to the
+bounds of ebp_binary.near_tie_tolerance.
 """
 from __future__ import annotations
 
@@ -347,6 +348,18 @@ def packed_layer(rng, units, n_inputs, masked):
                           rng.standard_normal(units), n_inputs)
 
 
+def local_layer(rng, side, block, masked):
+    """A locally connected layer (patches of block x block on a side x side map), some patch weights 0 if masked."""
+    units, positions = (side - block + 1) ** 2, block * block
+    w = rng.choice([-1.0, 1.0], (units, positions)) * ((rng.random((units, positions)) < 0.7) if masked else 1)
+    return eb.PackedLayer(eb.pack_bits(w > 0), eb.pack_bits(w != 0) if masked else None, rng.standard_normal(units),
+                          side * side, (side, block))
+
+
+def dense_arrays(layer):
+    return eb._work(layer, "signs_t"), eb._work(layer, "connected_t"), layer.connected is not None, layer.fan_in
+
+
 def check_popcount64(kernel, reference):
     words = np.random.default_rng(14).integers(0, 2 ** 63, 5000, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
     words[:3] = [0, 2 ** 64 - 1, 2 ** 63]
@@ -354,60 +367,120 @@ def check_popcount64(kernel, reference):
 
 
 def check_popcount_sums_kernel(kernel, reference):
+    """Exact integers, masked or not, with 1-3 words left over after the blocks of 4 and an odd batch (the last
+    image paired with itself)."""
     rng = np.random.default_rng(15)
-    for n_inputs, masked in ((70, False), (70, True), (200, True), (64, False)):
+    for n_inputs, masked, batch in ((70, False, 9), (70, True, 9), (200, True, 4), (64, False, 1), (800, False, 7),
+                                    (300, False, 2)):
         layer = packed_layer(rng, 33, n_inputs, masked)
-        v = eb.pack_bits(rng.random((9, n_inputs)) < 0.5)
-        a = eb._numba_arrays(layer)
-        out = np.empty((9, 33), np.int64)
-        kernel(a["signs_t"], a["connected_t"], masked, layer.fan_in, v, out)
+        v = eb.pack_bits(rng.random((batch, n_inputs)) < 0.5)
+        out = np.empty((batch, 33), np.int64)
+        kernel(*dense_arrays(layer), v, out)
         np.testing.assert_array_equal(out, reference(layer, v))
 
 
 def check_hidden_layer_kernel(kernel, reference):
     rng = np.random.default_rng(16)
-    for n_inputs, masked, scale in ((70, False, 1.0), (130, True, 0.8)):
+    for n_inputs, masked, scale, batch in ((70, False, 1.0, 9), (130, True, 0.8, 9), (800, False, 0.8, 1)):
         layer = packed_layer(rng, 70, n_inputs, masked)
-        v = eb.pack_bits(rng.random((9, n_inputs)) < 0.5)
-        a = eb._numba_arrays(layer)
-        out = np.zeros((9, eb.n_words(70)), np.uint64)
-        kernel(a["signs_t"], a["connected_t"], masked, layer.fan_in, layer.b, scale, v, out)
+        v = eb.pack_bits(rng.random((batch, n_inputs)) < 0.5)
+        out = np.zeros((batch, eb.n_words(70)), np.uint64)
+        kernel(*dense_arrays(layer), layer.b, scale, v, out)
         np.testing.assert_array_equal(out, eb.pack_bits(scale * reference(layer, v) + layer.b >= 0))
+
+
+def check_output_layer_kernel(kernel, reference):
+    rng = np.random.default_rng(19)
+    for n_inputs, masked, scale, batch in ((70, False, 1.0, 5), (130, True, 0.8, 4), (800, False, 0.8, 1)):
+        layer = packed_layer(rng, 10, n_inputs, masked)
+        v = eb.pack_bits(rng.random((batch, n_inputs)) < 0.5)
+        out = np.empty((batch, 10))
+        kernel(*dense_arrays(layer), layer.b, scale, v, out)
+        np.testing.assert_array_equal(out, scale * reference(layer, v) + layer.b)  # the same float64 numbers
 
 
 def check_first_layer_sums_kernel(kernel, reference):
     rng = np.random.default_rng(17)
-    for n_inputs, masked in ((5, False), (70, True), (784, False), (784, True)):
+    for n_inputs, masked in ((5, False), (70, True), (784, False), (784, True), (100, False)):
         layer = packed_layer(rng, 21, n_inputs, masked)
         x = rng.standard_normal((7, n_inputs)) * 3
-        a = eb._numba_arrays(layer)
         out = np.empty((7, 21))
-        kernel(x, a["plus_t"], a["minus_t"], masked, a["unit_span"], out)
+        kernel(x, eb._work(layer, "plus_t"), eb._work(layer, "minus_t"), masked, eb._work(layer, "unit_span"), out)
         bound = 2 * 4 * (n_inputs + 2) * eb.UNIT_ROUNDOFF * np.abs(x).sum(axis=1, keepdims=True)  # both orders
         assert_within(out, reference(layer, x), bound, f"first-layer sums, K = {n_inputs}")
 
 
-def check_first_layer_signs_kernel(kernel, reference):
+def check_local_sums_kernel(kernel, reference):
+    """Real inputs: within float32's bound for the inputs rounded to float32 and a sum in any order, (K + 1)·u32·Σ|x|
+    (near_tie_tolerance's float32 band is twice that). ±1 inputs: exact integers."""
+    rng = np.random.default_rng(20)
+    for side, block, masked in ((12, 5, False), (12, 5, True), (28, 13, False), (9, 9, False), (6, 1, True)):
+        layer = local_layer(rng, side, block, masked)
+        for x in (rng.standard_normal((5, side * side)) * 3, rng.choice([-1.0, 1.0], (5, side * side))):
+            out = np.empty((5, layer.n_units), np.float32)
+            kernel(x.reshape(5, side, side), eb._work(layer, "patch32"), out)
+            bound = (side * side + 1) * U32 * np.abs(x).sum(axis=1, keepdims=True)
+            assert_within(out, reference(layer, x), bound, f"local sums, block {block}")
+        np.testing.assert_array_equal(out, reference(layer, x))  # ±1 inputs: integers, exact
+
+
+def check_threshold_kernel(kernel, reference):
     """The signs and the near-ties (those within near_tie_tolerance, here some exact ties made on purpose) against
-    first_layer_signs, whose exact decider settles the near-ties the kernel only lists."""
+    first_layer_signs, whose exact decider settles the near-ties the kernel only lists; float64 and float32 sums,
+    written at an offset (row0) into words and (start) into the list of near-ties."""
     rng = np.random.default_rng(18)
-    layer = packed_layer(rng, 40, 100, False)
+    layer = packed_layer(rng, 70, 100, False)
     x = rng.standard_normal((6, 100))
-    sums = eb.first_layer_sums(layer, x)
-    layer.b[:5] = -0.8 * sums[0, :5]  # units 0-4 of image 0 are (near-)ties
-    words = np.zeros((6, 1), np.uint64)
-    near = np.empty((64, 2), np.int64)
-    n_near = kernel(sums, x, layer.b, 0.8, 100, eb.NEAR_TIE_SAFETY, eb.UNIT_ROUNDOFF, words, near)
-    plus, n_expected = reference(layer, x, sums, 0.8)
-    listed = {tuple(pair) for pair in near[:n_near]}
-    assert n_near == n_expected >= 5 and listed == {tuple(p) for p in
-                                                     np.argwhere(np.abs(0.8 * sums + layer.b)
-                                                                 <= eb.near_tie_tolerance(layer, x, 0.8))}
-    bits = eb.unpack_bits(words, 40)
-    off_ties = np.ones_like(plus)
-    for n, unit in listed:
-        off_ties[n, unit] = False
-    np.testing.assert_array_equal(bits[off_ties], plus[off_ties])
+    exact = eb.first_layer_sums(layer, x)
+    layer.b[:5] = -0.8 * exact[0, :5]  # units 0-4 of image 0 are (near-)ties
+    for sums, roundoff, safety in ((exact, eb.UNIT_ROUNDOFF, eb.NEAR_TIE_SAFETY),
+                                   (exact.astype(np.float32), eb.UNIT_ROUNDOFF32, eb.NEAR_TIE_SAFETY32)):
+        words = np.zeros((8, 2), np.uint64)
+        near = np.full((70, 2), -1, np.int64)
+        tolerance = safety * (100 + 2) * roundoff
+        n_near = kernel(sums, x, layer.b, 0.8, tolerance, words, 2, near, 3)
+        plus, n_expected = reference(layer, x, sums, 0.8, roundoff, safety)
+        band = np.abs(0.8 * sums.astype(np.float64) + layer.b) <= eb.near_tie_tolerance(layer, x, 0.8, roundoff,
+                                                                                         safety)
+        listed = {(n - 2, unit) for n, unit in near[3:3 + n_near]}
+        assert n_near == n_expected >= 5 and listed == {tuple(pair) for pair in np.argwhere(band)}
+        assert np.all(words[:2] == 0) and np.all(near[:3] == -1)  # nothing written before the offsets
+        bits = eb.unpack_bits(words[2:], 70)
+        np.testing.assert_array_equal(bits[~band], plus[~band])
+
+
+def check_sign_words_kernel(kernel, reference):
+    rng = np.random.default_rng(21)
+    for units, dtype in ((70, np.int64), (64, np.float32), (129, np.int64)):
+        sums = rng.integers(-30, 30, (5, units)).astype(dtype)
+        b = rng.integers(-3, 3, units) * 0.8  # ties p·S + b = 0 happen: +1 there
+        out = np.zeros((5, eb.n_words(units)), np.uint64)
+        kernel(sums, b, 0.8, out)
+        np.testing.assert_array_equal(out, reference(0.8 * sums.astype(np.float64) + b >= 0))
+
+
+def check_recheck_kernel(kernel, reference):
+    """Near-ties recomputed in float64: those clear of the float64 bound get the sign of the float64 pre-activation
+    (reference: numpy's dot product), the others (exact ties made on purpose) are handed back for the exact
+    decider; dense and local layers."""
+    rng = np.random.default_rng(22)
+    for layer in (packed_layer(rng, 40, 100, True), local_layer(rng, 10, 4, False)):
+        x = rng.standard_normal((6, layer.n_inputs))
+        pairs = np.array([(n, unit) for n in range(6) for unit in range(0, layer.n_units, 3)])
+        reference_u = reference(layer, x, pairs, 0.8)
+        ties = pairs[:4]
+        layer.b[ties[:, 1]] = -(reference_u[:4] - layer.b[ties[:, 1]])  # p·S + b exactly 0 (to rounding)
+        reference_u = reference(layer, x, pairs, 0.8)
+        tolerance = eb.NEAR_TIE_SAFETY * (layer.n_inputs + 2) * eb.UNIT_ROUNDOFF
+        words = np.zeros((6, eb.n_words(layer.n_units)), np.uint64)
+        words[:] = np.uint64(0x5555555555555555)  # the bits the kernel must set or clear
+        near = pairs.copy()
+        left = kernel(x, eb._work(layer, "dense8"), layer.b, 0.8, tolerance, near, len(near), words)
+        band = np.abs(reference_u) <= eb.near_tie_tolerance(layer, x, 0.8)[pairs[:, 0], pairs[:, 1]]
+        assert band[:4].all() and left == band.sum()
+        assert {tuple(p) for p in near[:left]} == {tuple(p) for p in pairs[band]}
+        bits = eb.unpack_bits(words, layer.n_units)[pairs[:, 0], pairs[:, 1]]
+        np.testing.assert_array_equal(bits[~band], reference_u[~band] >= 0)
 
 
 CHECKS = {
@@ -420,8 +493,10 @@ CHECKS = {
                "_backward": check_backward, "_train_steps": check_train_steps},
     ebp_binary_kernels: {"popcount64": check_popcount64, "popcount_sums_kernel": check_popcount_sums_kernel,
                          "hidden_layer_kernel": check_hidden_layer_kernel,
+                         "output_layer_kernel": check_output_layer_kernel,
                          "first_layer_sums_kernel": check_first_layer_sums_kernel,
-                         "first_layer_signs_kernel": check_first_layer_signs_kernel},
+                         "local_sums_kernel": check_local_sums_kernel, "threshold_kernel": check_threshold_kernel,
+                         "sign_words_kernel": check_sign_words_kernel, "recheck_kernel": check_recheck_kernel},
 }
 
 

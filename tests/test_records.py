@@ -9,16 +9,51 @@ from reproduction import records
 from reproduction.folder import ebp_record_problems
 
 
-def test_the_scripts_record_the_machine_with_records_machine_record():
-    """The benchmark and the binary-inference timings record the machine with records.machine_record (the
-    timings add the load average they started under), so their records name the same fields."""
+def test_the_scripts_record_the_machine_with_records_timing_record():
+    """The benchmark and the binary-inference timings record the machine with records.timing_record (machine_record
+    with the CPU's flags and the load average they started under), so their records name the same fields. An idle
+    load is injected: the tests never depend on the machine's real load."""
     record = records.machine_record()
     assert record.keys() >= {"cpu_model", "cores", "numpy", "numba", "git_commit", "git_dirty", "blas", "date"}
-    benchmark = load_script("benchmark").machine()
-    assert benchmark.keys() == record.keys()
+    timing = {"cpu_flags", "load_average_at_start", "load_limit_per_core", "loaded"}
+    benchmark = load_script("benchmark").machine(load=(0.0, 0.0, 0.0))
+    assert benchmark.keys() == record.keys() | timing and benchmark["loaded"] is False
     assert benchmark["cpu_model"] == records.cpu_model() and benchmark["numpy"] == records.package_versions()["numpy"]
-    binary = load_script("binary_inference").machine()
-    assert binary.keys() == record.keys() | {"load_average_at_start"}
+    binary = load_script("binary_inference").machine(load=(0.0, 0.0, 0.0))
+    assert binary.keys() == record.keys() | timing
+
+
+def test_a_timing_on_a_loaded_machine_is_refused_unless_allowed_and_then_marked(capsys):
+    """Above LOAD_PER_CORE_LIMIT per core (1-minute load average) timing_record refuses to start; --allow-loaded
+    lets it go on with "loaded": true and a loud warning. At the end the benchmark's own busy processes are allowed
+    for; a load that rose beyond them marks (or refuses) the record as well."""
+    cores = records.machine_record()["cores"]
+    limit = records.LOAD_PER_CORE_LIMIT * cores
+    with pytest.raises(records.LoadedMachineError, match=r"refusing to measure: the 1-minute load average at the "
+                                                         r"start was .*--allow-loaded"):
+        records.timing_record(load=(limit + 0.5, 1.0, 1.0))
+    loaded = records.timing_record(allow_loaded=True, load=(limit + 0.5, 1.0, 1.0))
+    assert loaded["loaded"] is True and loaded["load_average_at_start"] == [limit + 0.5, 1.0, 1.0]
+    assert "WARNING: LOADED MACHINE" in capsys.readouterr().err
+    assert records.finish_timing_record(loaded, allow_loaded=True, load=(0.1, 0.1, 0.1)) is True  # stays loaded
+
+    idle = records.timing_record(load=(limit - 0.5, 0.0, 0.0))
+    assert idle["loaded"] is False and capsys.readouterr().err == ""
+    # the benchmark's own process counts in the end reading: limit + 1 is still idle, beyond it is not
+    assert records.finish_timing_record(idle, load=(limit + 0.9, 0.5, 0.5), own_processes=1) is False
+    with pytest.raises(records.LoadedMachineError, match="refusing to write the record: the 1-minute load average "
+                                                         "at the end"):
+        records.finish_timing_record(idle, load=(limit + 1.5, 0.5, 0.5), own_processes=1)
+    assert records.finish_timing_record(idle, allow_loaded=True, load=(limit + 1.5, 0.5, 0.5)) is True
+    assert idle["load_average_at_end"] == [limit + 1.5, 0.5, 0.5]
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 popcnt avx2 fma avx512f\n")
+    assert records.cpu_flags(cpuinfo=cpuinfo) == {"popcnt": True, "avx2": True, "fma": True, "avx512f": True,
+                                                  "avx512bw": False, "avx512_vpopcntdq": False}
+    assert records.cpu_flags(cpuinfo=tmp_path / "absent") is None
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
