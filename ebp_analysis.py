@@ -361,8 +361,14 @@ def calibration_over_epochs(net: Network, x: np.ndarray, y: np.ndarray, x_test: 
 
 def benchmark_machine(record: dict) -> dict:
     """The machine a benchmark record (outputs/binary_inference.json) says it ran on, in one form for either
-    schema: {"cpu_model", "cores", "flags", "load_average_start", "load_average_end"}. A field the record does
-    not hold is None; nothing is filled in. Load averages are the 1, 5 and 15 minute values."""
+    schema: {"cpu_model", "cores", "flags", "load_average_start", "load_average_end", "loaded"}. A field the record
+    does not hold is None; nothing is filled in.
+
+    flags: {flag: present} for the instruction-set extensions the record checked (reproduction.records.
+    timing_record's "cpu_flags", e.g. avx2, avx512f, avx512_vpopcntdq); a record that lists the CPU's flags
+    instead ("flags": [...]) gives True for each listed one. A flag missing from the dict was not recorded (look it
+    up with .get: None). Load averages are the 1, 5 and 15 minute values. loaded: the record's top-level "loaded"
+    (else the machine's): whether the load average exceeded the benchmark's limit of 1 per core."""
     machine = record.get("machine", {})
     load = machine.get("load_average")
     if isinstance(load, dict):  # {"start": [...], "end": [...]}
@@ -371,5 +377,10 @@ def benchmark_machine(record: dict) -> dict:
         start, end = load, None
     else:
         start, end = machine.get("load_average_at_start"), machine.get("load_average_at_end")
-    return {"cpu_model": machine.get("cpu_model"), "cores": machine.get("cores"), "flags": machine.get("flags"),
-            "load_average_start": start, "load_average_end": end}
+    flags = machine.get("cpu_flags", machine.get("flags"))
+    if flags is not None and not isinstance(flags, dict):
+        flags = {name: True for name in flags}
+    loaded = record.get("loaded", machine.get("loaded"))
+    return {"cpu_model": machine.get("cpu_model"), "cores": machine.get("cores"), "flags": flags,
+            "load_average_start": start, "load_average_end": end,
+            "loaded": None if loaded is None else bool(loaded)}

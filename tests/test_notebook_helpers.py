@@ -10,6 +10,7 @@ import ebp_analysis as analysis
 import ebp_checks as checks
 import ebp_data
 import ebp_lib as ebp
+from reproduction import records
 
 
 def small_batch(net, n=3, seed=1):
@@ -88,10 +89,23 @@ def test_benchmark_machine_reads_either_schema_and_invents_nothing():
                        "load_average_at_end": [5.8, 6.1, 4.9]}}
     assert analysis.benchmark_machine(old) == {"cpu_model": "CPU X", "cores": 2, "flags": None,
                                                "load_average_start": [6.9, 6.3, 4.8],
-                                               "load_average_end": [5.8, 6.1, 4.9]}
-    new = {"machine": {"cpu_model": "CPU Y", "flags": ["avx512f"], "load_average": {"start": [1, 1, 1],
-                                                                                   "end": [2, 2, 2]}}}
-    got = analysis.benchmark_machine(new)
-    assert got["flags"] == ["avx512f"] and got["load_average_end"] == [2, 2, 2] and got["cores"] is None
+                                               "load_average_end": [5.8, 6.1, 4.9], "loaded": None}
+    # the schema of reproduction.records.timing_record / finish_timing_record, as binary_inference.py writes it
+    machine = records.timing_record(packages=("numpy",), git_paths=("ebp_analysis.py",), load=[0.5, 0.4, 0.3])
+    records.finish_timing_record(machine, own_processes=0, load=[0.7, 0.5, 0.3])
+    got = analysis.benchmark_machine({"loaded": machine["loaded"], "machine": machine})
+    assert got["cpu_model"] == machine["cpu_model"] and got["cores"] == machine["cores"]
+    assert got["load_average_start"] == [0.5, 0.4, 0.3] and got["load_average_end"] == [0.7, 0.5, 0.3]
+    assert got["loaded"] is False and got["flags"] == machine["cpu_flags"]
+    if got["flags"] is not None:
+        assert set(got["flags"]) == set(records.TIMING_CPU_FLAGS) and "avx512_vpopcntdq" in got["flags"]
+    loaded = {"loaded": True, "machine": {"cpu_flags": {"avx512f": True, "avx512_vpopcntdq": False}}}
+    got = analysis.benchmark_machine(loaded)
+    assert got["loaded"] is True and got["flags"] == {"avx512f": True, "avx512_vpopcntdq": False}
+    assert analysis.benchmark_machine({"machine": {"loaded": True}})["loaded"] is True  # the machine's own mark
+    listed = analysis.benchmark_machine({"machine": {"flags": ["avx512f"], "load_average": {"start": [1, 1, 1],
+                                                                                          "end": [2, 2, 2]}}})
+    assert listed["flags"] == {"avx512f": True} and listed["load_average_end"] == [2, 2, 2]
+    assert listed["cores"] is None and listed["flags"].get("avx512_vpopcntdq") is None  # not recorded, not False
     assert analysis.benchmark_machine({"machine": {"load_average": [0.5, 0.4, 0.3]}})["load_average_start"] == [0.5, 0.4, 0.3]
     assert set(analysis.benchmark_machine({}).values()) == {None}
