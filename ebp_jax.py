@@ -96,14 +96,17 @@ def _matmul(a, b):
     return jnp.matmul(a, b, precision=MATMUL_PRECISION)
 
 
-def second_moment_sum(v2, w2, nu):
+def second_moment_sum(v2, w2, m, batch: int):
     """Σ_i ⟨W²_ji⟩⟨v²_i⟩, the first term of every unit j's σ² (docs/maths.md §Forward pass), for a minibatch of
-    inputs `nu` (ν): `v2` is their ⟨v²⟩ (None: 1, a hidden layer's ±1 units without dropout) and `w2` ⟨W²⟩
-    (None: 1). A factor of ones is never a product's operand (see _per_run): summed directly, or made the run's
-    own."""
+    `batch` inputs: `v2` is their ⟨v²⟩ (None: 1, a hidden layer's ±1 units without dropout), `w2` ⟨W²⟩ (None: 1)
+    and `m` the layer's ⟨W⟩. Always a product, its ones made the run's own from `m` (_per_run): a plain sum over
+    the inputs is a reduction, which XLA orders differently for one run and for a vmapped group (at 144 or 256
+    inputs, not at 784, on this CPU)."""
+    if v2 is None and w2 is None:
+        return jnp.asarray(float(m.shape[1]), m.dtype)
     if w2 is None:
-        return jnp.asarray(float(nu.shape[1]), nu.dtype) if v2 is None else jnp.sum(v2, axis=1, keepdims=True)
-    return _matmul(_per_run(1.0, nu) if v2 is None else v2, w2.T)
+        return _matmul(v2, _per_run(1.0, m[:1].T))
+    return _matmul(_per_run(jnp.ones((batch, m.shape[1]), m.dtype), m[:1]) if v2 is None else v2, w2.T)
 
 
 def mean_input(nu, m, b):
@@ -129,7 +132,7 @@ def log_likelihood(means, biases, seconds, x, y, input_masks, s: Structure):
             nu = nu * input_masks[k]
             v2 = input_masks[k] if v2 is None else v2 * input_masks[k]
             nu2 = nu * nu
-        sigma2 = jax.lax.stop_gradient((second_moment_sum(v2, w2, nu) - _matmul(nu2, (m * m).T) + 1.0) / n)
+        sigma2 = jax.lax.stop_gradient((second_moment_sum(v2, w2, m, nu.shape[0]) - _matmul(nu2, (m * m).T) + 1.0) / n)
         mu = mean_input(nu, m, b) / jnp.sqrt(n)
         if k == last:
             return jnp.sum(log_ndtr(y * mu / jnp.sqrt(sigma2)))
@@ -335,7 +338,7 @@ def _outputs(params, x, s: Structure):
             nu = scale * nu
             v2 = scale ** 2 * (jnp.ones_like(nu) if v2 is None else v2)
             nu2 = nu * nu
-        sigma2 = (second_moment_sum(v2, w2, nu) - _matmul(nu2, (m * m).T) + 1.0) / n
+        sigma2 = (second_moment_sum(v2, w2, m, nu.shape[0]) - _matmul(nu2, (m * m).T) + 1.0) / n
         mu = (_matmul(nu, m.T) + b) / jnp.sqrt(n)
         nu, v2 = erf(mu / jnp.sqrt(2.0 * sigma2)), None
         nu2 = nu * nu
