@@ -586,9 +586,7 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
     if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
         raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
     check_training(net, data.x_train, data.y_train, batch_size, engine)
-    run = {"network": _config(net), "seed": seed, "batch_size": batch_size, "engine": engine,
-           **(run_config or {})}
-    net, history, rng = start_run(net, seed, checkpoint, run)
+    net, history, rng, run = start_run(net, seed, batch_size, engine, run_config, checkpoint)
     for epoch in range(len(history), epochs):
         start = time.perf_counter()
         train_epoch(net, data.x_train, data.y_train, batch_size, rng, epoch, engine=engine)
@@ -599,18 +597,20 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
     return net, history
 
 
-def start_run(net: Network, seed: int, checkpoint=None, run: dict | None = None):
-    """(network, history, generator) of a run about to train its next epoch (fit's start, and that of the
+def start_run(net: Network, seed: int, batch_size: int, engine: str, run_config: dict | None = None,
+              checkpoint=None):
+    """(network, history, generator, run) of a run about to train its next epoch (fit's start, and that of the
     runs a group trains together, reproduction/group.py): `net`, no history and a generator seeded `seed`; or, if
-    `checkpoint` exists, the state it saved, refused (CheckpointMismatchError) if it was saved by another run than
-    `run` (fit's record of the network, seed, batch size, engine and run_config)."""
+    `checkpoint` exists, the state it saved, refused (CheckpointMismatchError) if it was saved by another run. `run`
+    is what its checkpoints record of it: the network, seed, batch size, engine and run_config."""
+    run = {"network": _config(net), "seed": seed, "batch_size": batch_size, "engine": engine, **(run_config or {})}
     rng, history = np.random.default_rng(seed), []
     if checkpoint is not None and Path(checkpoint).exists():
         saved, meta = load_network(checkpoint)
         check_same_run(checkpoint, {**meta, "config": _config(saved)}, run)
         net, history = saved, meta["history"]
         rng.bit_generator.state = meta["rng_state"]
-    return net, history, rng
+    return net, history, rng, run
 
 
 def end_epoch(net: Network, data: Dataset, seconds: float, history: list, rng, n_train_eval: int, engine: str,
