@@ -21,6 +21,7 @@ from reproduction.parameters import (
     PROFILES,
     WEIGHTS,
     check_dataset,
+    validate_engine,
     validate_parameters,
 )
 
@@ -119,7 +120,8 @@ def check_mask_reading(rows: list[dict], mask_reading: str) -> None:
 
 
 def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs_dir=RUNS_DIR,
-              seeds=(0,), data_dir=None, mask_reading: str = "absent", dataset: str | None = None) -> list[dict]:
+              seeds=(0,), data_dir=None, mask_reading: str = "absent", dataset: str | None = None,
+              engine: str | None = None) -> list[dict]:
     """One job per run among `rows` and seed (EBP-P and EBP-D rows share a run), in table order, seeds inner.
 
     `profile` is a name in PROFILES or a dict like them (tests use tiny custom ones). The data folder (`data_dir`,
@@ -127,9 +129,13 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
     from other shells read the same files. `mask_reading` "held" (Table 4 rows only: check_mask_reading) trains
     the spatial layers with the paper's non-connected weights held at h = 0, into folders ending in -held.
     `dataset` (None: the rows' own, MNIST) trains the same runs on another data set, into
-    <runs_dir>/<results_folder(profile, dataset)>/<run>/ (e.g. paper-fashion-mnist/binary-200).
+    <runs_dir>/<results_folder(profile, dataset)>/<run>/ (e.g. paper-fashion-mnist/binary-200). `engine` (None:
+    the notebook's default, the fast engine) is passed to the notebook as the run option `engine`; the run's folder
+    is the same whichever engine trains it, and its result.json names the engine.
     """
     check_mask_reading(rows, mask_reading)
+    if engine is not None:
+        validate_engine(engine)
     if dataset is not None:
         rows = dataset_rows(rows, dataset)
     profile = PROFILES[profile] if isinstance(profile, str) else profile
@@ -149,5 +155,5 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
             jobs.append({"key": key, "run_id": run["run_id"], "seed": seed, "profile": profile["name"],
                          "dataset": run["dataset"],
                          "output_dir": str(out.resolve()), "notebook": str(NOTEBOOK), "parameters": params,
-                         "rows": list(run["cells"]), "env": dict(env)})
+                         "rows": list(run["cells"]), "env": dict(env), **({"engine": engine} if engine else {})})
     return jobs
