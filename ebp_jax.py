@@ -222,29 +222,45 @@ def draw_masks(net: ebp_lib.Network, batch: int, steps: int, rng) -> tuple | Non
     return tuple(masks)
 
 
-def _single_steps(net, params, s, x, y, batches, rng, step_name, masks=None):
+def _single_steps(net, params, s, x, y, batches, rng, step_name, masks=None, fresh=False):
     """Steps one minibatch at a time (a remainder, train_step, or locating a non-finite step): stops before the
-    first step whose result is not finite, with the reference engine's error (ebp_lib.backward's message). The
-    dropout masks are `masks` (draw_masks' arrays for these steps) or, if None, drawn from `rng` step by step."""
+    first step whose result is not finite (_stop), leaving the last finite parameters in `net`; if that is its first
+    step and `params` are `net`'s own (`fresh`), `net` is left exactly as it was, not rounded to float32, as the
+    fast engine leaves it. The dropout masks are `masks` (draw_masks' arrays for these steps) or, if None, drawn
+    from `rng` step by step."""
     for k, idx in enumerate(batches):
         step_masks = draw_masks(net, len(idx), 1, rng) if masks is None else tuple(m[k:k + 1] for m in masks)
         input_masks = ((None,) * len(net.layers) if step_masks is None
                        else tuple(jnp.asarray(m[0], jnp.float32) for m in step_masks))
         new = _step(params, jnp.asarray(x[idx], jnp.float32), jnp.asarray(y[idx], jnp.float32), input_masks, s)
         if not _finite(new):
-            _write_back(net, params)
-            fwd = ebp_lib.forward(net, x[idx])
-            raise FloatingPointError(f"non-finite parameters after step {step_name(k)}: "
-                                     f"{ebp_lib.nonfinite_origin(net, fwd)}; training stopped before that update, "
-                                     f"so the parameters are those of the last finite step")
+            if k or not fresh:
+                _write_back(net, params)
+            _stop(net, x[idx], y[idx], step_name(k))
         params = new
     return params
+
+
+def _stop(net: ebp_lib.Network, x, y, step) -> None:
+    """Raise the error the other engines raise for a step whose result is not finite (`net` holds the parameters
+    before it): the fast engine's for a NaN/inf parameter, else the reference's (ebp_lib.backward's, naming the
+    first layer whose Δ is not finite and why), or, where only float32 overflows, one naming the parameters."""
+    bad = ebp_lib.nonfinite_parameters(net)
+    if bad:
+        raise FloatingPointError(f"non-finite {bad[0]} at step {step}: NaN/inf in {', '.join(bad)}, so Δ is not "
+                                 f"finite (NaN) or the update is meaningless (inf); training stopped before the "
+                                 f"update, so the parameters are those of the last finite step")
+    fwd = ebp_lib.forward(net, x)
+    ebp_lib.backward(net, fwd, y, step=step)  # raises the reference's error where its Δ is not finite
+    raise FloatingPointError(f"non-finite parameters after step {step} (float32 overflow): "
+                             f"{ebp_lib.nonfinite_origin(net, fwd)}; training stopped before that update, so the "
+                             f"parameters are those of the last finite step")
 
 
 def train_step(net: ebp_lib.Network, x, y, rng, step) -> None:
     """ebp_lib's train_step on engine="jax": one float32 step, written back into `net`."""
     params, s = _float32(net)
-    _write_back(net, _single_steps(net, params, s, x, y, [np.arange(len(x))], rng, lambda k: step))
+    _write_back(net, _single_steps(net, params, s, x, y, [np.arange(len(x))], rng, lambda k: step, fresh=True))
 
 
 def calls(n_steps: int, sampled: bool) -> list[tuple[int, int]]:
@@ -268,10 +284,11 @@ def train_steps(net: ebp_lib.Network, x, y, order, batch_size, rng, step_name) -
         trained = train_epoch(params, x32, y32, jnp.asarray(idx), s, batch_size, masks)
         if not _finite(trained):
             _single_steps(net, params, s, x, y, idx.reshape(steps, batch_size), rng,
-                          lambda k, first=first: step_name(first + k), masks)  # raises at the step that fails
+                          lambda k, first=first: step_name(first + k), masks, fresh=first == 0)  # raises
         params = trained
-    _write_back(net, _single_steps(net, params, s, x, y, [order[n_steps * batch_size:]] if len(order) % batch_size
-                                   else [], rng, lambda k: step_name(k + n_steps)))
+    remainder = [order[n_steps * batch_size:]] if len(order) % batch_size else []
+    _write_back(net, _single_steps(net, params, s, x, y, remainder, rng, lambda k: step_name(k + n_steps),
+                                   fresh=n_steps == 0))
 
 
 
@@ -298,7 +315,8 @@ def group_epoch(nets: list, x, y, batch_size: int, rngs: list, epoch: int = 0) -
 
     def alone(i, batches, first, masks=None):  # steps of run i by itself: a remainder, or a replay
         try:
-            params[i] = _single_steps(nets[i], params[i], s, x, y, batches, rngs[i], step_name(first), masks)
+            params[i] = _single_steps(nets[i], params[i], s, x, y, batches, rngs[i], step_name(first), masks,
+                                      fresh=first == 0)
         except FloatingPointError as err:  # _single_steps wrote the last finite step into the net
             errors[i] = err
 
