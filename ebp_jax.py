@@ -58,8 +58,8 @@ def structure(net: ebp_lib.Network, dtype=None) -> Structure:
     same object for every network of one configuration: jit compares static arguments by identity, so a new
     Structure per call would compile the step again for every epoch and every evaluation."""
     dtype = np.dtype(dtype or net.layers[0].h.dtype)
-    key = (net.weights, net.dropout, float(net.keep), net.mask_reading, net.input_side, repr(net.architecture),
-           dtype.name)
+    key = (net.weights, net.dropout, float(net.keep), net.mask_reading, getattr(net, "real_update", None),
+           net.input_side, repr(net.architecture), dtype.name)
     if key not in _STRUCTURES:
         _STRUCTURES[key] = Structure(
             net.weights, net.dropout, float(net.keep),

@@ -96,9 +96,12 @@ def _start(run: _Run, left: dict) -> bool:
     network, ebp_lib.start_run); False, its lock released and the reason in `left`, if its checkpoint is refused
     (another engine or run, unreadable): its notebook reports that."""
     params, out = run.job["parameters"], Path(run.job["output_dir"])
+    # the notebook's network: every parameter of init_network the run's parameters hold (a later one such as the
+    # real-weight update is passed on where the parameters have it)
+    extra = {name: params[name] for name in ("real_update",) if name in params}
     net = ebp_lib.init_network(architecture_layers(params["architecture"]), params["weights"], params["seed"],
                                init_scale=params["init_scale"], dropout=params["dropout"], keep=params["keep"],
-                               mask_reading=params["mask_reading"])
+                               mask_reading=params["mask_reading"], **extra)
     try:
         run.net, run.history, run.rng, run.run = ebp_lib.start_run(
             net, params["seed"], params["batch_size"], "jax", run_config(params), out / CHECKPOINT_FILE)
