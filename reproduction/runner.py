@@ -221,12 +221,15 @@ def job_cost(job: dict) -> float:
 
 
 def _progress(job: dict) -> tuple[int, float | None]:
-    """(epochs done, wall seconds per epoch in the current session) from the job's partial result.json."""
+    """(epochs done, wall seconds per epoch in the current session) from the job's partial result.json; for a run
+    trained in a group (its session names the group), its share of the group's epoch."""
     result = read_result(job["output_dir"])
     if not result or not result["sessions"] or not same_configuration(result["parameters"], job["parameters"]):
         return 0, None
     session = result["sessions"][-1]
-    return result["epochs_done"], session["seconds_per_epoch"] if session["to_epoch"] > session["from_epoch"] else None
+    if session["to_epoch"] <= session["from_epoch"]:
+        return result["epochs_done"], None
+    return result["epochs_done"], session["seconds_per_epoch"] / max(1, len(session.get("group") or ()))
 
 
 def format_seconds(seconds: float) -> str:

@@ -113,7 +113,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--group-seeds", action="store_true",
                         help="with --engine jax: train the runs that differ only in their seed side by side in one "
                              "task (vmap over the runs, reproduction/group.py), each run exactly as it trains alone; "
-                             "each run's folder, checkpoint, result.json and resume are those of a run alone")
+                             "each run's folder, checkpoint, result.json and resume are those of a run alone (on a "
+                             "CPU, JAX spreads one group over every core: --jobs 1 avoids two groups competing)")
     parser.add_argument("--list", action="store_true",
                         help="list the selected runs, their state and epochs done; run nothing")
     args = parser.parse_args(argv)
