@@ -16,8 +16,12 @@ is the whole training step: backprop on the mean network with no learning rate, 
 parameters h. `ebp_step` is that program; tests/test_jax.py asserts it equals ebp_lib's step to rounding.
 
 `train_epoch` runs an epoch as one compiled call (`lax.scan` over minibatches); `train_group` runs several
-runs of one configuration at once (`vmap` over their parameters and data orders). Float32 matrix products use
-full float32 precision on every device (`MATMUL_PRECISION`): GPUs would otherwise default to TF32.
+runs of one configuration at once (`vmap` over their parameters, data orders and dropout masks), and
+`group_epoch` trains ebp_lib networks that way, each run exactly as engine="jax" trains it alone: its own order
+and masks from its own generator, and its own arithmetic, bit for bit on the CPU (tests/test_group.py), because
+no operand of a product is shared by the group (_per_run, mean_input). The runner's --group-seeds uses it
+(reproduction/group.py). Float32 matrix products use full float32 precision on every device
+(`MATMUL_PRECISION`): GPUs would otherwise default to TF32.
 """
 from __future__ import annotations
 
@@ -46,18 +50,27 @@ class Structure:
     norms: tuple
 
 
+_STRUCTURES: dict = {}  # one Structure per network configuration and dtype: see structure
+
+
 def structure(net: ebp_lib.Network, dtype=None) -> Structure:
-    """The Structure of an ebp_lib network (its masks and N as arrays of `dtype`, default the network's).
-    ValueError for the authors' real-weight update: back-propagating through updated weights is not the gradient
-    of one ln P, so this engine, which is that gradient, runs the spec's update only."""
+    """The Structure of an ebp_lib network (its masks and N as arrays of `dtype`, default the network's). The
+    same object for every network of one configuration: jit compares static arguments by identity, so a new
+    Structure per call would compile the step again for every epoch and every evaluation. ValueError for the
+    authors' real-weight update: back-propagating through updated weights is not the gradient of one ln P, so this
+    engine, which is that gradient, runs the spec's update only."""
     if net.real_update != "spec":
         raise ValueError(f"the jax engine trains real_update='spec' only, not {net.real_update!r}: use "
                          f"engine='fast' or 'reference' for the authors' real-weight update")
-    dtype = dtype or net.layers[0].h.dtype
-    return Structure(net.weights, net.dropout, float(net.keep),
-                     tuple(None if layer.mask is None else jnp.asarray(layer.mask, dtype) for layer in net.layers),
-                     any(layer.held for layer in net.layers),
-                     tuple(jnp.asarray(layer.normaliser, dtype) for layer in net.layers))
+    dtype = np.dtype(dtype or net.layers[0].h.dtype)
+    key = (net.weights, net.dropout, float(net.keep), net.mask_reading, net.real_update,
+           net.input_side, repr(net.architecture), dtype.name)
+    if key not in _STRUCTURES:
+        _STRUCTURES[key] = Structure(
+            net.weights, net.dropout, float(net.keep),
+            tuple(None if layer.mask is None else jnp.asarray(layer.mask, dtype) for layer in net.layers),
+            any(layer.held for layer in net.layers), tuple(jnp.asarray(layer.normaliser, dtype) for layer in net.layers))
+    return _STRUCTURES[key]
 
 
 def parameters(net: ebp_lib.Network, dtype=None) -> list[tuple[jax.Array, jax.Array]]:
@@ -65,16 +78,48 @@ def parameters(net: ebp_lib.Network, dtype=None) -> list[tuple[jax.Array, jax.Ar
     return [(jnp.asarray(layer.h, dtype), jnp.asarray(layer.b, dtype)) for layer in net.layers]
 
 
+def _per_run(constant, like):
+    """`constant` (the same for every run: a connectivity mask, ones) as an array computed from a run's own `like`
+    (0·like + constant, exact; XLA keeps 0·x for floats, as 0·NaN is NaN). Why: in a vmapped group an operand
+    shared by all runs lets XLA merge the runs' products into one larger product (or rewrite a product with ones
+    as a reduction), which sums in another order than the run's product alone; an operand of the run's own keeps
+    each run's arithmetic that of the run alone (train_group)."""
+    return 0.0 * like + constant
+
+
 def weight_moments(h, mask, s: Structure):
-    """⟨W⟩ and ⟨W²⟩ (binary: tanh h and 1; real: h and h² + 1), zero where a weight is absent."""
-    mean, second = (jnp.tanh(h), jnp.ones_like(h)) if s.weights == "binary" else (h, h * h + 1.0)
+    """⟨W⟩ and ⟨W²⟩ (binary: tanh h and 1; real: h and h² + 1), zero where a weight is absent. ⟨W²⟩ is None
+    where it is 1 for every weight (binary, dense or with masked weights held): second_moment_sum then sums the
+    inputs' ⟨v²⟩ alone."""
+    mean, second = (jnp.tanh(h), None) if s.weights == "binary" else (h, h * h + 1.0)
     if mask is not None and not s.held:
-        mean, second = mean * mask, second * mask
+        mean, second = mean * mask, _per_run(mask, h) if second is None else second * mask
     return mean, second
 
 
 def _matmul(a, b):
     return jnp.matmul(a, b, precision=MATMUL_PRECISION)
+
+
+def second_moment_sum(v2, w2, m, batch: int):
+    """Σ_i ⟨W²_ji⟩⟨v²_i⟩, the first term of every unit j's σ² (docs/maths.md §Forward pass), for a minibatch of
+    `batch` inputs: `v2` is their ⟨v²⟩ (None: 1, a hidden layer's ±1 units without dropout), `w2` ⟨W²⟩ (None: 1)
+    and `m` the layer's ⟨W⟩. Always a product, its ones made the run's own from `m` (_per_run): a plain sum over
+    the inputs is a reduction, which XLA orders differently for one run and for a vmapped group (at 144 or 256
+    inputs, not at 784, on this CPU)."""
+    if v2 is None and w2 is None:
+        return jnp.asarray(float(m.shape[1]), m.dtype)
+    if w2 is None:
+        return _matmul(v2, _per_run(1.0, m[:1].T))
+    return _matmul(_per_run(jnp.ones((batch, m.shape[1]), m.dtype), m[:1]) if v2 is None else v2, w2.T)
+
+
+def mean_input(nu, m, b):
+    """⟨W⟩ν + b for a minibatch, as one product of [ν, 1] and [⟨W⟩, b]. Why: the gradient of b is then a column
+    of the product that gives ⟨W⟩'s (Σ over the minibatch of Δ, summed as each run's own product); the gradient of
+    a broadcast b is a reduction, which XLA orders differently for a vmapped group than for one run."""
+    ones = jnp.ones((nu.shape[0], 1), nu.dtype)
+    return _matmul(jnp.concatenate([nu, ones], axis=1), jnp.concatenate([m, b[:, None]], axis=1).T)
 
 
 def log_likelihood(means, biases, seconds, x, y, input_masks, s: Structure):
@@ -92,9 +137,8 @@ def log_likelihood(means, biases, seconds, x, y, input_masks, s: Structure):
             nu = nu * input_masks[k]
             v2 = input_masks[k] if v2 is None else v2 * input_masks[k]
             nu2 = nu * nu
-        second = jnp.sum(w2, axis=1) if v2 is None else _matmul(v2, w2.T)
-        sigma2 = jax.lax.stop_gradient((second - _matmul(nu2, (m * m).T) + 1.0) / n)
-        mu = (_matmul(nu, m.T) + b) / jnp.sqrt(n)
+        sigma2 = jax.lax.stop_gradient((second_moment_sum(v2, w2, m, nu.shape[0]) - _matmul(nu2, (m * m).T) + 1.0) / n)
+        mu = mean_input(nu, m, b) / jnp.sqrt(n)
         if k == last:
             return jnp.sum(log_ndtr(y * mu / jnp.sqrt(sigma2)))
         nu = erf(mu / jnp.sqrt(2.0 * sigma2))
@@ -112,24 +156,27 @@ def ebp_step(params, x, y, input_masks, s: Structure):
 
 
 @partial(jax.jit, static_argnames=("s", "batch_size"))
-def train_epoch(params, x, y, order, s: Structure, batch_size: int):
-    """One epoch as one compiled call: EBP steps on x[order[0:B]], x[order[B:2B]], ... (lax.scan). Without
-    sampled dropout (its masks come from the caller's generator, see ebp_step); len(order) must be a multiple of
-    the batch size."""
+def train_epoch(params, x, y, order, s: Structure, batch_size: int, masks=None):
+    """EBP steps on x[order[0:B]], x[order[B:2B]], ... in one compiled call (lax.scan); len(order) must be a
+    multiple of the batch size B. `masks`: with sampled dropout, each layer's input masks for every step, one
+    boolean array (steps, B, inputs) per layer, drawn by the caller (draw_masks); None without."""
     batches = order.reshape(-1, batch_size)
 
-    def step(carry, idx):
-        return ebp_step(carry, x[idx], y[idx], (None,) * len(s.norms), s), None
+    def step(carry, inputs):
+        idx, step_masks = inputs
+        input_masks = (None,) * len(s.norms) if step_masks is None else tuple(m.astype(x.dtype) for m in step_masks)
+        return ebp_step(carry, x[idx], y[idx], input_masks, s), None
 
-    params, _ = jax.lax.scan(step, params, batches)
+    params, _ = jax.lax.scan(step, params, (batches, masks))
     return params
 
 
 @partial(jax.jit, static_argnames=("s", "batch_size"))
-def train_group(group_params, x, y, orders, s: Structure, batch_size: int):
-    """One epoch of several runs at once: `group_params` and `orders` carry a leading run axis (one data order
-    per run); each run's steps are exactly those train_epoch takes for it alone."""
-    return jax.vmap(lambda p, o: train_epoch(p, x, y, o, s, batch_size))(group_params, orders)
+def train_group(group_params, x, y, orders, s: Structure, batch_size: int, masks=None):
+    """train_epoch for several runs at once: `group_params`, `orders` (and `masks`) carry a leading run axis (one
+    data order and one set of dropout masks per run). Each run's arithmetic is that of train_epoch on the run alone
+    (see _per_run and mean_input; tests/test_jax.py and tests/test_group.py compare them bit for bit on the CPU)."""
+    return jax.vmap(lambda p, o, m: train_epoch(p, x, y, o, s, batch_size, m))(group_params, orders, masks)
 
 
 def stack_runs(runs: list) -> list:
@@ -144,6 +191,10 @@ def unstack_run(group_params, i: int) -> list:
 # ----------------------------------------------------------------------------------------------------------
 # engine="jax": ebp_lib's Engine interface (step, steps, outputs) in float32, like engine="fast"
 # ----------------------------------------------------------------------------------------------------------
+
+# Steps per compiled call with sampled dropout: the masks of one call are drawn beforehand and held in memory
+# (600 steps of batch 10 on [784, 800, 800, 10]: 14 MB per run); without dropout a whole epoch is one call.
+CHUNK_STEPS = 600
 
 _step = jax.jit(ebp_step, static_argnames=("s",))
 
@@ -162,51 +213,138 @@ def _finite(params) -> bool:
     return all(bool(jnp.isfinite(h).all() & jnp.isfinite(b).all()) for h, b in params)
 
 
-def _draw_masks(net: ebp_lib.Network, batch: int, rng) -> tuple:
-    """The sampled dropout masks of one step, drawn from `rng` exactly as ebp_lib.forward draws them (layer by
-    layer, rng.random of each layer's input shape), so both engines see the same masks."""
+def draw_masks(net: ebp_lib.Network, batch: int, steps: int, rng) -> tuple | None:
+    """The sampled dropout masks of `steps` steps of minibatch `batch`, drawn from `rng` exactly as ebp_lib.forward
+    draws them step after step (layer by layer, rng.random of each layer's input shape, kept where < keep), so
+    every engine sees the same masks: one boolean array (steps, batch, inputs) per layer. None without sampled
+    dropout (nothing is drawn)."""
     if net.dropout != "sampled":
-        return (None,) * len(net.layers)
-    return tuple(jnp.asarray(rng.random((batch, width)) < net.keep, jnp.float32) for width in net.sizes[:-1])
+        return None
+    masks = [np.empty((steps, batch, width), bool) for width in net.sizes[:-1]]
+    for t in range(steps):
+        for layer_masks, width in zip(masks, net.sizes[:-1]):
+            layer_masks[t] = rng.random((batch, width)) < net.keep
+    return tuple(masks)
 
 
-def _single_steps(net, params, s, x, y, batches, rng, step_name):
-    """Steps one minibatch at a time (sampled dropout, or locating a non-finite step): stops before the first
-    step whose result is not finite, with the reference engine's error (ebp_lib.backward's message)."""
+def _single_steps(net, params, s, x, y, batches, rng, step_name, masks=None, fresh=False):
+    """Steps one minibatch at a time (a remainder, train_step, or locating a non-finite step): stops before the
+    first step whose result is not finite (_stop), leaving the last finite parameters in `net`; if that is its first
+    step and `params` are `net`'s own (`fresh`), `net` is left exactly as it was, not rounded to float32, as the
+    fast engine leaves it. The dropout masks are `masks` (draw_masks' arrays for these steps) or, if None, drawn
+    from `rng` step by step."""
     for k, idx in enumerate(batches):
-        new = _step(params, jnp.asarray(x[idx], jnp.float32), jnp.asarray(y[idx], jnp.float32),
-                    _draw_masks(net, len(idx), rng), s)
+        step_masks = draw_masks(net, len(idx), 1, rng) if masks is None else tuple(m[k:k + 1] for m in masks)
+        input_masks = ((None,) * len(net.layers) if step_masks is None
+                       else tuple(jnp.asarray(m[0], jnp.float32) for m in step_masks))
+        new = _step(params, jnp.asarray(x[idx], jnp.float32), jnp.asarray(y[idx], jnp.float32), input_masks, s)
         if not _finite(new):
-            _write_back(net, params)
-            fwd = ebp_lib.forward(net, x[idx])
-            raise FloatingPointError(f"non-finite parameters after step {step_name(k)}: "
-                                     f"{ebp_lib.nonfinite_origin(net, fwd)}; training stopped before that update, "
-                                     f"so the parameters are those of the last finite step")
+            if k or not fresh:
+                _write_back(net, params)
+            _stop(net, x[idx], y[idx], step_name(k))
         params = new
     return params
+
+
+def _stop(net: ebp_lib.Network, x, y, step) -> None:
+    """Raise the error the other engines raise for a step whose result is not finite (`net` holds the parameters
+    before it): the fast engine's for a NaN/inf parameter, else the reference's (ebp_lib.backward's, naming the
+    first layer whose Δ is not finite and why), or, where only float32 overflows, one naming the parameters."""
+    bad = ebp_lib.nonfinite_parameters(net)
+    if bad:
+        raise FloatingPointError(f"non-finite {bad[0]} at step {step}: NaN/inf in {', '.join(bad)}, so Δ is not "
+                                 f"finite (NaN) or the update is meaningless (inf); training stopped before the "
+                                 f"update, so the parameters are those of the last finite step")
+    fwd = ebp_lib.forward(net, x)
+    ebp_lib.backward(net, fwd, y, step=step)  # raises the reference's error where its Δ is not finite
+    raise FloatingPointError(f"non-finite parameters after step {step} (float32 overflow): "
+                             f"{ebp_lib.nonfinite_origin(net, fwd)}; training stopped before that update, so the "
+                             f"parameters are those of the last finite step")
 
 
 def train_step(net: ebp_lib.Network, x, y, rng, step) -> None:
     """ebp_lib's train_step on engine="jax": one float32 step, written back into `net`."""
     params, s = _float32(net)
-    _write_back(net, _single_steps(net, params, s, x, y, [np.arange(len(x))], rng, lambda k: step))
+    _write_back(net, _single_steps(net, params, s, x, y, [np.arange(len(x))], rng, lambda k: step, fresh=True))
+
+
+def calls(n_steps: int, sampled: bool) -> list[tuple[int, int]]:
+    """(first step, steps) of each compiled call an epoch of `n_steps` full minibatches takes: one call, or calls
+    of CHUNK_STEPS steps with sampled dropout (whose masks are drawn before each call). A run alone and in a group
+    take the same calls."""
+    size = CHUNK_STEPS if sampled else max(n_steps, 1)
+    return [(first, min(size, n_steps - first)) for first in range(0, n_steps, size)]
 
 
 def train_steps(net: ebp_lib.Network, x, y, order, batch_size, rng, step_name) -> None:
-    """The steps on the minibatches of x[order]: without sampled dropout the full minibatches run as one
-    lax.scan (train_epoch) and a remainder as one more step; a non-finite result is replayed step by step to stop
-    where the reference stops."""
+    """The steps on the minibatches of x[order]: the full minibatches in compiled calls (train_epoch, calls), a
+    remainder as one more step; a call whose result is not finite is replayed step by step (with the same masks)
+    to stop where the reference stops."""
     params, s = _float32(net)
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-    if net.dropout == "sampled":
-        return _write_back(net, _single_steps(net, params, s, x, y, batches, rng, step_name))
-    n_full = len(order) // batch_size * batch_size
     x32, y32 = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
-    trained = train_epoch(params, x32, y32, jnp.asarray(order[:n_full]), s, batch_size) if n_full else params
-    if not _finite(trained):
-        trained = _single_steps(net, params, s, x, y, batches[:n_full // batch_size], rng, step_name)
-    _write_back(net, _single_steps(net, trained, s, x, y, batches[n_full // batch_size:], rng,
-                                   lambda k: step_name(k + n_full // batch_size)))
+    n_steps = len(order) // batch_size
+    for first, steps in calls(n_steps, net.dropout == "sampled"):
+        idx = order[first * batch_size:(first + steps) * batch_size]
+        masks = draw_masks(net, batch_size, steps, rng)
+        trained = train_epoch(params, x32, y32, jnp.asarray(idx), s, batch_size, masks)
+        if not _finite(trained):
+            _single_steps(net, params, s, x, y, idx.reshape(steps, batch_size), rng,
+                          lambda k, first=first: step_name(first + k), masks, fresh=first == 0)  # raises
+        params = trained
+    remainder = [order[n_steps * batch_size:]] if len(order) % batch_size else []
+    _write_back(net, _single_steps(net, params, s, x, y, remainder, rng, lambda k: step_name(k + n_steps),
+                                   fresh=n_steps == 0))
+
+
+
+def group_epoch(nets: list, x, y, batch_size: int, rngs: list, epoch: int = 0) -> list:
+    """One epoch of several runs of one configuration at once, each run trained exactly as
+    ebp_lib.train_epoch(net, x, y, batch_size, rng, epoch, engine="jax") trains it alone: its data order and then
+    its dropout masks, call by call, drawn from its own generator in the same sequence, in the same compiled calls
+    (calls), with the runs side by side in train_group. The nets are updated in place. A run whose parameters become
+    non-finite is replayed alone and stops where it stops alone, holding its last finite step; the others go on.
+    Returns one FloatingPointError (that run's) or None per run."""
+    if len({id(structure(net, jnp.float32)) for net in nets}) != 1:
+        raise ValueError("a group's runs must share one network configuration (architecture, weights, dropout, "
+                         "mask reading)")
+    for net in nets:
+        ebp_lib.check_training(net, x, y, batch_size, "jax")
+    s, n_steps = structure(nets[0], jnp.float32), len(x) // batch_size
+    x32, y32 = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+    orders = [rng.permutation(len(x)) for rng in rngs]
+    params = [parameters(net, jnp.float32) for net in nets]
+    errors: list = [None] * len(nets)
+
+    def step_name(first):  # as ebp_lib.train_steps names a step
+        return lambda k: f"{first + k} of epoch {epoch + 1} (batch size {batch_size})"
+
+    def alone(i, batches, first, masks=None):  # steps of run i by itself: a remainder, or a replay
+        try:
+            params[i] = _single_steps(nets[i], params[i], s, x, y, batches, rngs[i], step_name(first), masks,
+                                      fresh=first == 0)
+        except FloatingPointError as err:  # _single_steps wrote the last finite step into the net
+            errors[i] = err
+
+    for first, steps in calls(n_steps, nets[0].dropout == "sampled"):
+        live = [i for i, error in enumerate(errors) if error is None]
+        idx = [orders[i][first * batch_size:(first + steps) * batch_size] for i in live]
+        masks = [draw_masks(nets[i], batch_size, steps, rngs[i]) for i in live]
+        stacked = None if nets[0].dropout != "sampled" else tuple(np.stack(layer) for layer in zip(*masks))
+        trained = train_group(stack_runs([params[i] for i in live]), x32, y32, jnp.asarray(np.stack(idx)), s,
+                              batch_size, stacked) if live else None
+        for j, i in enumerate(live):
+            run = unstack_run(trained, j)
+            if _finite(run):
+                params[i] = run
+            else:
+                alone(i, idx[j].reshape(steps, batch_size), first, masks[j])
+    if len(x) % batch_size:
+        for i in [i for i, error in enumerate(errors) if error is None]:
+            alone(i, [orders[i][n_steps * batch_size:]], n_steps)
+    for i, net in enumerate(nets):
+        if errors[i] is None:
+            _write_back(net, params[i])
+    return errors
 
 
 @partial(jax.jit, static_argnames=("s",))
@@ -223,8 +361,7 @@ def _outputs(params, x, s: Structure):
             nu = scale * nu
             v2 = scale ** 2 * (jnp.ones_like(nu) if v2 is None else v2)
             nu2 = nu * nu
-        second = jnp.sum(w2, axis=1) if v2 is None else _matmul(v2, w2.T)
-        sigma2 = (second - _matmul(nu2, (m * m).T) + 1.0) / n
+        sigma2 = (second_moment_sum(v2, w2, m, nu.shape[0]) - _matmul(nu2, (m * m).T) + 1.0) / n
         mu = (_matmul(nu, m.T) + b) / jnp.sqrt(n)
         nu, v2 = erf(mu / jnp.sqrt(2.0 * sigma2)), None
         nu2 = nu * nu

@@ -625,29 +625,46 @@ def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: in
     if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
         raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
     check_training(net, data.x_train, data.y_train, batch_size, engine)
+    net, history, rng, run = start_run(net, seed, batch_size, engine, run_config, checkpoint)
+    for epoch in range(len(history), epochs):
+        start = time.perf_counter()
+        train_epoch(net, data.x_train, data.y_train, batch_size, rng, epoch, engine=engine)
+        record = end_epoch(net, data, time.perf_counter() - start, history, rng, n_train_eval, engine, checkpoint,
+                           run)
+        if on_epoch is not None:
+            on_epoch(record)
+    return net, history
+
+
+def start_run(net: Network, seed: int, batch_size: int, engine: str, run_config: dict | None = None,
+              checkpoint=None):
+    """(network, history, generator, run) of a run about to train its next epoch (fit's start, and that of the
+    runs a group trains together, reproduction/group.py): `net`, no history and a generator seeded `seed`; or, if
+    `checkpoint` exists, the state it saved, refused (CheckpointMismatchError) if it was saved by another run. `run`
+    is what its checkpoints record of it: the network, seed, batch size, engine and run_config."""
+    run = {"network": _config(net), "seed": seed, "batch_size": batch_size, "engine": engine, **(run_config or {})}
     rng, history = np.random.default_rng(seed), []
-    run = {"network": _config(net), "seed": seed, "batch_size": batch_size, "engine": engine,
-           **(run_config or {})}
     if checkpoint is not None and Path(checkpoint).exists():
         saved, meta = load_network(checkpoint)
         check_same_run(checkpoint, {**meta, "config": _config(saved)}, run)
         net, history = saved, meta["history"]
         rng.bit_generator.state = meta["rng_state"]
-    for epoch in range(len(history), epochs):
-        start = time.perf_counter()
-        train_epoch(net, data.x_train, data.y_train, batch_size, rng, epoch, engine=engine)
-        seconds = time.perf_counter() - start
-        test = evaluate(net, data.x_test, data.labels_test, engine=engine)
-        train = (evaluate(net, data.x_train[:n_train_eval], data.labels_train[:n_train_eval], engine=engine)
-                 if n_train_eval else {"ebp_p": None, "ebp_d": None})
-        record = {"epoch": epoch + 1, "test_ebp_p": test["ebp_p"], "test_ebp_d": test["ebp_d"],
-                  "train_ebp_p": train["ebp_p"], "train_ebp_d": train["ebp_d"], "train_seconds": seconds}
-        history.append(record)
-        if checkpoint is not None:
-            save_network(checkpoint, net, run=run, history=history, rng_state=rng.bit_generator.state)
-        if on_epoch is not None:
-            on_epoch(record)
-    return net, history
+    return net, history, rng, run
+
+
+def end_epoch(net: Network, data: Dataset, seconds: float, history: list, rng, n_train_eval: int, engine: str,
+              checkpoint=None, run: dict | None = None) -> dict:
+    """After an epoch of training (`seconds` long): evaluate both outputs with `engine`, append the epoch's record
+    to `history`, save the checkpoint (the network, `run`, the history and the generator's state); the record."""
+    test = evaluate(net, data.x_test, data.labels_test, engine=engine)
+    train = (evaluate(net, data.x_train[:n_train_eval], data.labels_train[:n_train_eval], engine=engine)
+             if n_train_eval else {"ebp_p": None, "ebp_d": None})
+    record = {"epoch": len(history) + 1, "test_ebp_p": test["ebp_p"], "test_ebp_d": test["ebp_d"],
+              "train_ebp_p": train["ebp_p"], "train_ebp_d": train["ebp_d"], "train_seconds": seconds}
+    history.append(record)
+    if checkpoint is not None:
+        save_network(checkpoint, net, run=run, history=history, rng_state=rng.bit_generator.state)
+    return record
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from reproduction.parameters import (
     DEFAULT_PARAMETERS,
     FULL_TRAIN,
     RUN_CONFIG_KEYS,
+    RUN_OPTIONS,
     ParameterError,
     architecture_layers,
     check_dataset,
@@ -328,8 +329,8 @@ def percent(value) -> str:
 def notebook_problems(result: dict, notebook: dict, result_path, notebook_path) -> list[str]:
     """Whatever a finished run record (`result_path`) and its executed notebook (`notebook_path`, parsed) disagree
     on: the final line it printed (epochs, training images, both final test errors, protocol), its table of errors
-    after every epoch (all four, to the two decimals printed), and the parameters papermill gave it. Each problem
-    names the field and both files."""
+    after every epoch (all four, to the two decimals printed), the parameters papermill gave it, and the engine
+    if papermill gave one (a run option, RUN_OPTIONS). Each problem names the field and both files."""
     lines = printed_lines(notebook)
     finals = [m for m in map(FINAL_LINE.search, lines) if m]
     if not finals:
@@ -358,7 +359,11 @@ def notebook_problems(result: dict, notebook: dict, result_path, notebook_path) 
                     problems.append(f"history[{i}].{key} (epoch {i + 1}): {result_path} {ours}, {notebook_path} "
                                     f"printed {text}")
     given = notebook.get("metadata", {}).get("papermill", {}).get("parameters") or {}
-    given = {k: v for k, v in given.items() if k != "output_dir"}
+    options = {k: v for k, v in given.items() if k in RUN_OPTIONS}  # how it ran, not what: checked apart
+    given = {k: v for k, v in given.items() if k != "output_dir" and k not in RUN_OPTIONS}
+    if "engine" in options and options["engine"] != result["engine"]:
+        problems.append(f"engine: {result_path} {result['engine']!r}, {notebook_path} ran with "
+                        f"{options['engine']!r}")
     try:
         ran = validate_parameters({**result["parameters"], **given})
     except ParameterError as err:

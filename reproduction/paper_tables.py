@@ -22,6 +22,7 @@ from reproduction.parameters import (
     REAL_UPDATES,
     WEIGHTS,
     check_dataset,
+    validate_engine,
     validate_parameters,
 )
 
@@ -133,7 +134,7 @@ def check_real_update(rows: list[dict], real_update: str) -> None:
 
 def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs_dir=RUNS_DIR,
               seeds=(0,), data_dir=None, mask_reading: str = "absent", dataset: str | None = None,
-              real_update: str = "spec") -> list[dict]:
+              real_update: str = "spec", engine: str | None = None) -> list[dict]:
     """One job per run among `rows` and seed (EBP-P and EBP-D rows share a run), in table order, seeds inner.
 
     `profile` is a name in PROFILES or a dict like them (tests use tiny custom ones). The data folder (`data_dir`,
@@ -143,10 +144,14 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
     `dataset` (None: the rows' own, MNIST) trains the same runs on another data set, into
     <runs_dir>/<results_folder(profile, dataset)>/<run>/ (e.g. paper-fashion-mnist/binary-200). `real_update`
     (real-weight rows only: check_real_update) trains with the authors' real-weight update, into folders ending in
-    -authors (or -authors-delta, -authors-variance).
+    -authors (or -authors-delta, -authors-variance). `engine` (None: the notebook's default, the fast engine) is
+    passed to the notebook as the run option `engine`; the run's folder is the same whichever engine trains it, and
+    its result.json names the engine.
     """
     check_mask_reading(rows, mask_reading)
     check_real_update(rows, real_update)
+    if engine is not None:
+        validate_engine(engine)
     if dataset is not None:
         rows = dataset_rows(rows, dataset)
     profile = PROFILES[profile] if isinstance(profile, str) else profile
@@ -166,5 +171,5 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
             jobs.append({"key": key, "run_id": run["run_id"], "seed": seed, "profile": profile["name"],
                          "dataset": run["dataset"],
                          "output_dir": str(out.resolve()), "notebook": str(NOTEBOOK), "parameters": params,
-                         "rows": list(run["cells"]), "env": dict(env)})
+                         "rows": list(run["cells"]), "env": dict(env), **({"engine": engine} if engine else {})})
     return jobs

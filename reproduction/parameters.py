@@ -66,6 +66,12 @@ RUN_CONFIG_KEYS = ("dataset", "architecture", "weights", "dropout", "keep", "n_t
                    "std_floor", "init_scale")
 
 
+# How a run is computed, not what it trains: options the experiment notebook's parameters cell assigns (with these
+# defaults) and papermill may override, kept out of the run's parameters (same_configuration, the record's
+# parameters): a run trained by another engine is the same experiment, and result.json names its engine.
+RUN_OPTIONS = {"engine": ebp_lib.DEFAULT_ENGINE}
+
+
 class ParameterError(ValueError):
     """One or more experiment parameters are invalid; the message lists every problem."""
 
@@ -79,9 +85,20 @@ def given_parameters(namespace: dict, names_before: set) -> dict:
     """The experiment's parameters as a notebook's global `namespace` holds them: every known parameter, and
     every other name bound since `names_before` was taken (before the parameters cell), so that a name papermill
     injected but the parameters cell does not know (`-p epoch 3`, `-p _epochs 3`) reaches validate_parameters and
-    is refused. Only the names IPython binds itself (IPYTHON_NAMES) are left out."""
+    is refused. Only the names IPython binds itself (IPYTHON_NAMES) and the run options (RUN_OPTIONS, checked by
+    validate_engine) are left out."""
     return {name: value for name, value in namespace.items()
-            if name in DEFAULT_PARAMETERS or (name not in names_before and not IPYTHON_NAMES.fullmatch(name))}
+            if name in DEFAULT_PARAMETERS or (name not in names_before and name not in RUN_OPTIONS
+                                              and not IPYTHON_NAMES.fullmatch(name))}
+
+
+def validate_engine(engine) -> str:
+    """`engine` if it names an engine of ebp_lib.ENGINES (the run option `engine`), else ParameterError naming
+    them; checked before any work, as the parameters are."""
+    if not isinstance(engine, str) or engine not in ebp_lib.ENGINES:
+        raise ParameterError(f"invalid run option:\n  - engine={engine!r}: choose one of {', '.join(ebp_lib.ENGINES)} "
+                             f"(default {ebp_lib.DEFAULT_ENGINE!r})")
+    return engine
 
 
 def _is_int(value) -> bool:

@@ -45,11 +45,17 @@ from reproduction.records import describe_error, write_atomically
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
 
+# Set for the JAX engine: each process takes GPU memory as it needs it, instead of 75% of it at its first array
+# (a group's worker process and then each run's notebook kernel use the same GPU one after the other).
+JAX_VARS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
 @contextlib.contextmanager
 def job_environment(job: dict):
-    """Set the job's environment (its data folder; one BLAS thread) for the notebook kernel it starts, and
-    restore the previous values afterwards (a worker thread may run other jobs later)."""
-    wanted = {**{var: "1" for var in THREAD_VARS}, **job.get("env", {})}
+    """Set the job's environment (its data folder; one BLAS thread; JAX_VARS for the JAX engine) for the notebook
+    kernel it starts, and restore the previous values afterwards (a worker thread may run other jobs later)."""
+    wanted = {**{var: "1" for var in THREAD_VARS}, **(JAX_VARS if job.get("engine") == "jax" else {}),
+              **job.get("env", {})}
     previous = {name: os.environ.get(name) for name in wanted}
     os.environ.update(wanted)
     try:
@@ -104,7 +110,7 @@ def run_job(job: dict) -> dict:
     error = None
     try:
         with job_environment(job):
-            papermill.execute_notebook(job["notebook"], str(tmp), parameters=job["parameters"],
+            papermill.execute_notebook(job["notebook"], str(tmp), parameters=notebook_parameters(job),
                                        kernel_name="python3", cwd=str(Path(job["notebook"]).parent),
                                        progress_bar=False, log_output=False)
     except Exception as err:
@@ -137,36 +143,47 @@ def run_job(job: dict) -> dict:
             "seconds": time.time() - start}
 
 
+def notebook_parameters(job: dict) -> dict:
+    """What papermill gives the experiment notebook for `job`: its parameters, and its engine when the job names
+    one (a run option, parameters.RUN_OPTIONS); a job without one runs the notebook's default engine, as before."""
+    return {**job["parameters"], **({"engine": job["engine"]} if job.get("engine") else {})}
+
+
 def _prepare_folder(job: dict) -> dict:
     """Holding the folder's lock: look again (another runner may have finished the run since the batch was
     planned), clear leftover temporaries, move corrupt files aside. Returns a final outcome (status) or notes."""
-    out = Path(job["output_dir"])
-    path, lock = open_output_dir(out)
+    _, lock = open_output_dir(Path(job["output_dir"]))
     try:
-        state, notes = job_state(job), {}
-        if state.state == "corrupt":
-            moved = [f"{f} (unreadable) -> {move_aside(f).name}" for f in state.files]
-            lost_epochs = out / CHECKPOINT_FILE in state.files
-            state = job_state(job)  # what the folder holds without them
-            if lost_epochs and state.state == "new" and (out / RESULT_FILE).exists():
-                # the epochs of its unfinished result went with the checkpoint: the run restarts from epoch 0, and
-                # its progress must not show the old result's epochs until the first new one is written
-                moved.append(f"{out / RESULT_FILE} (its epochs were in that checkpoint) -> "
-                             f"{move_aside(out / RESULT_FILE, 'restarted').name}")
-            notes = {"note": "moved aside: " + ", ".join(moved)
-                     + ("" if state.state == "finished" else "; the run restarted without it")}
-        if state.state == "finished":
-            # job_state found the result, the checkpoint and the executed notebook in agreement: the checkpoint of
-            # a finished run has no further use
-            (out / CHECKPOINT_FILE).unlink(missing_ok=True)
-            return {"status": "skipped", "epochs": state.epochs, "final": read_result(out)["final"], **notes}
-        if state.state in ("inconsistent", "stale"):
-            return {"status": state.state, "error": "; ".join(state.problems), "files": [str(f) for f in state.files],
-                    **notes}
-        remove_temporaries(out)
-        return notes
+        return prepare_locked(job)
     finally:
         lock.close()
+
+
+def prepare_locked(job: dict) -> dict:
+    """_prepare_folder's work, for a caller that holds the folder's lock (reproduction.group keeps it to train)."""
+    out = Path(job["output_dir"])
+    state, notes = job_state(job), {}
+    if state.state == "corrupt":
+        moved = [f"{f} (unreadable) -> {move_aside(f).name}" for f in state.files]
+        lost_epochs = out / CHECKPOINT_FILE in state.files
+        state = job_state(job)  # what the folder holds without them
+        if lost_epochs and state.state == "new" and (out / RESULT_FILE).exists():
+            # the epochs of its unfinished result went with the checkpoint: the run restarts from epoch 0, and
+            # its progress must not show the old result's epochs until the first new one is written
+            moved.append(f"{out / RESULT_FILE} (its epochs were in that checkpoint) -> "
+                         f"{move_aside(out / RESULT_FILE, 'restarted').name}")
+        notes = {"note": "moved aside: " + ", ".join(moved)
+                 + ("" if state.state == "finished" else "; the run restarted without it")}
+    if state.state == "finished":
+        # job_state found the result, the checkpoint and the executed notebook in agreement: the checkpoint of
+        # a finished run has no further use
+        (out / CHECKPOINT_FILE).unlink(missing_ok=True)
+        return {"status": "skipped", "epochs": state.epochs, "final": read_result(out)["final"], **notes}
+    if state.state in ("inconsistent", "stale"):
+        return {"status": state.state, "error": "; ".join(state.problems), "files": [str(f) for f in state.files],
+                **notes}
+    remove_temporaries(out)
+    return notes
 
 
 def _keep_notebook(tmp: Path, executed: Path, root: Path) -> str | None:
@@ -204,12 +221,15 @@ def job_cost(job: dict) -> float:
 
 
 def _progress(job: dict) -> tuple[int, float | None]:
-    """(epochs done, wall seconds per epoch in the current session) from the job's partial result.json."""
+    """(epochs done, wall seconds per epoch in the current session) from the job's partial result.json; for a run
+    trained in a group (its session names the group), its share of the group's epoch."""
     result = read_result(job["output_dir"])
     if not result or not result["sessions"] or not same_configuration(result["parameters"], job["parameters"]):
         return 0, None
     session = result["sessions"][-1]
-    return result["epochs_done"], session["seconds_per_epoch"] if session["to_epoch"] > session["from_epoch"] else None
+    if session["to_epoch"] <= session["from_epoch"]:
+        return result["epochs_done"], None
+    return result["epochs_done"], session["seconds_per_epoch"] / max(1, len(session.get("group") or ()))
 
 
 def format_seconds(seconds: float) -> str:
@@ -411,7 +431,7 @@ def _workers_alive(client, workers: list[str]) -> bool:
 
 def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None = None,
               progress_every: float = 30.0, echo=print, run_timeout_s: float | None = None,
-              worker_wait: float = WORKER_WAIT) -> list[dict]:
+              worker_wait: float = WORKER_WAIT, group_seeds: bool = False) -> list[dict]:
     """Run `jobs`: finished ones are skipped, others resume from their checkpoint. Returns one outcome per
     job (status skipped, busy, stale, inconsistent, finished, failed, or interrupted by Ctrl-C/SIGTERM), in job
     order.
@@ -419,15 +439,26 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
     The jobs run on a Dask cluster: `n_jobs` local worker processes (default: the number of cores) on a
     distributed.LocalCluster, or the existing cluster at `scheduler` (its workers must run this project's
     environment, with this package installed, and see the repository and the data folder at the same paths;
-    the workers that cannot are named and given no run). At most `n_jobs` jobs are sent at once (on a cluster:
-    by default as many as its workers have threads), in table order. The runner never waits forever: a run
-    without an answer after its timeout (run_timeout, or `run_timeout_s` seconds) fails, as do the runs of a
-    cluster left without a usable worker for `worker_wait` seconds; the batch goes on.
+    the workers that cannot are named and given no run). At most `n_jobs` tasks are sent at once (on a cluster:
+    by default as many as its workers have threads), in table order. A task is one job, or with `group_seeds` the
+    jobs of the JAX engine that differ only in their seed, trained side by side in one task
+    (reproduction.group.run_group; each run's files are those it would have alone). The runner never waits forever:
+    a task without an answer after its timeout (run_timeout summed over its jobs, or `run_timeout_s` seconds)
+    fails, as do the tasks of a cluster left without a usable worker for `worker_wait` seconds; the batch goes on.
     """
     outcomes, todo = plan_batch(jobs, echo)
     if not todo:
         return [outcomes[j["key"]] for j in jobs]
-    start, queue, running, last = time.time(), list(todo), {}, 0.0
+    if group_seeds:
+        from reproduction.group import group_jobs
+
+        tasks = group_jobs(todo)
+        for task in tasks:
+            if len(task) > 1:
+                echo(f"  trained together (engine {task[0]['engine']}): {', '.join(job['key'] for job in task)}")
+    else:
+        tasks = [[job] for job in todo]
+    start, queue, running, last = time.time(), list(tasks), {}, 0.0
     handle_sigterm = _main_thread()
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) if handle_sigterm else None
     close, interrupted = None, False
@@ -437,8 +468,11 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
                                 "notebook": str(Path(job["output_dir"]) / EXECUTED_FILE)}
         echo(f"  {job['key']}: failed ({error})")
 
+    def running_jobs():
+        return [job for task in running.values() for job in task]
+
     try:
-        n_local = min(n_jobs or os.cpu_count() or 1, len(todo))
+        n_local = min(n_jobs or os.cpu_count() or 1, len(tasks))
         try:
             client, workers, close = _start_cluster(scheduler, n_local, echo, todo[0]["notebook"], worker_wait)
         except ClusterError as err:
@@ -454,24 +488,29 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
         while queue or running:
             changed = False
             for future in [f for f in running if f.done()]:
-                job = running.pop(future)
+                task = running.pop(future)
                 try:
-                    outcome = future.result()
+                    answers = future.result()
+                    answers = answers if isinstance(answers, list) else [answers]
                 except Exception as err:
-                    outcome = {"key": job["key"], "status": "failed",
-                               "error": f"worker error: {describe_error(err)}",
-                               "notebook": str(Path(job["output_dir"]) / EXECUTED_FILE)}
-                outcomes[job["key"]] = outcome
+                    answers = [{"key": job["key"], "status": "failed", "error": f"worker error: {describe_error(err)}",
+                                "notebook": str(Path(job["output_dir"]) / EXECUTED_FILE)} for job in task]
+                for job, outcome in zip(task, answers):
+                    outcomes[job["key"]] = outcome
+                    echo(f"  {job['key']}: {outcome['status']}"
+                         + (f" ({outcome['note']})" if outcome.get("note") else "")
+                         + (f" ({outcome['error']})" if outcome["status"] in ("failed", "inconsistent", "stale")
+                            else ""))
                 changed = True
-                echo(f"  {job['key']}: {outcome['status']}" + (f" ({outcome['note']})" if outcome.get("note") else "")
-                     + (f" ({outcome['error']})" if outcome["status"] in ("failed", "inconsistent", "stale") else ""))
             now = time.time()
             for future in [f for f in running if now > deadlines[f][0]]:
-                job, limit = running.pop(future), deadlines[future][1]
+                task, limit = running.pop(future), deadlines[future][1]
                 future.cancel()
-                fail(job, f"no answer from its Dask worker within {format_seconds(limit)} (the timeout of this run, "
-                          f"from its cost estimate; --run-timeout changes it): the worker hung, died or was lost; "
-                          f"if it is still training, it holds the run's lock and a later batch resumes the run")
+                for job in task:
+                    fail(job, f"no answer from its Dask worker within {format_seconds(limit)} (the timeout of this "
+                              f"{'group' if len(task) > 1 else 'run'}, from its cost estimate; --run-timeout changes "
+                              f"it): the worker hung, died or was lost; if it is still training, it holds the run's "
+                              f"lock and a later batch resumes the run")
                 changed = True
             if workers is not None and now - checked >= 5:  # an existing cluster: is anyone left to run them?
                 checked = now
@@ -482,19 +521,26 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
                            f"to {scheduler} for {worker_wait:.0f} s: they died or left")
                     for future in list(running):
                         future.cancel()
-                        fail(running.pop(future), why)
-                    for job in queue:
+                        for job in running.pop(future):
+                            fail(job, why)
+                    for job in [job for task in queue for job in task]:
                         fail(job, why)
                     queue, changed = [], True
             while queue and len(running) < window:
-                job = queue.pop(0)
-                future = client.submit(run_job, job, pure=False, key=f"run-{job['key']}-{os.urandom(4).hex()}",
+                task = queue.pop(0)
+                if len(task) > 1:
+                    from reproduction.group import run_group
+
+                    function, argument, name = run_group, task, f"group-{task[0]['key']}"
+                else:
+                    function, argument, name = run_job, task[0], f"run-{task[0]['key']}"
+                future = client.submit(function, argument, pure=False, key=f"{name}-{os.urandom(4).hex()}",
                                        **({} if workers is None else {"workers": workers,
                                                                       "allow_other_workers": False}))
-                limit = run_timeout_s or run_timeout(job)
-                running[future], deadlines[future] = job, (time.time() + limit, limit)
+                limit = run_timeout_s or sum(run_timeout(job) for job in task)
+                running[future], deadlines[future] = task, (time.time() + limit, limit)
             if changed or time.time() - last >= progress_every:
-                echo(status_line(time.time() - start, todo, outcomes, list(running.values()), window))
+                echo(status_line(time.time() - start, todo, outcomes, running_jobs(), window))
                 last = time.time()
             time.sleep(0.5)
     except KeyboardInterrupt:

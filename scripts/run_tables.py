@@ -21,6 +21,8 @@ Examples (from the repository root; `python` is the project's interpreter, e.g. 
   python scripts/run_tables.py --profile extended binary-800-800-dropout-sampled   # 200 epochs: where it settles
   python scripts/run_tables.py --all --list                # show what would run and each run's state
   python scripts/run_tables.py --all --profile paper --scheduler tcp://host:8786   # on a Dask cluster
+  python scripts/run_tables.py --table 2 --engine jax      # the JAX engine (EBP as jax.grad) in each notebook
+  python scripts/run_tables.py --table 2 --seed 0 1 2 --engine jax --group-seeds   # each run's seeds side by side
 
 Killing the runner (Ctrl-C, SIGTERM, or the machine going away) loses at most the epoch in progress of each
 running job: rerun the same command and it skips finished runs and resumes the others from their checkpoint.
@@ -33,7 +35,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from reproduction import folder, paper_tables, parameters, records, runner
+import ebp_lib
+from reproduction import folder, group, paper_tables, parameters, records, runner
 
 STATES_HELP = """\
 Run states (--list): new; partial (resumes after its last epoch); running (another process holds its lock);
@@ -91,7 +94,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="train the same runs on this data set (default mnist, the paper's); another data set's "
                              "runs go to outputs/runs/<profile>-<dataset>/, e.g. paper-fashion-mnist/binary-200")
     parser.add_argument("--jobs", type=int, default=None,
-                        help="runs at once (default: the number of local cores; with --scheduler: all)")
+                        help="runs (with --group-seeds: groups of runs) at once (default: the number of local "
+                             "cores; with --scheduler: all)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="an existing Dask scheduler (e.g. tcp://10.0.0.5:8786) to run the jobs on instead "
                              "of local worker processes; its workers must have this project installed in their "
@@ -106,6 +110,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "every job, so Dask workers read the same folder")
     parser.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
                         help="print a progress line at least this often (default 30)")
+    parser.add_argument("--engine", choices=list(ebp_lib.ENGINES),
+                        help=f"the engine that trains and evaluates each run (default: the notebook's, "
+                             f"{ebp_lib.DEFAULT_ENGINE!r}); passed to the notebook as its run option `engine`, named in "
+                             f"each result.json; a run is resumed only by the engine that began it, and a finished run "
+                             f"is skipped whichever engine trained it")
+    parser.add_argument("--group-seeds", action="store_true",
+                        help="with --engine jax: train the runs that differ only in their seed side by side in one "
+                             "task (vmap over the runs, reproduction/group.py), each run exactly as it trains alone; "
+                             "each run's folder, checkpoint, result.json and resume are those of a run alone (on a "
+                             "CPU, JAX spreads one group over every core: --jobs 1 avoids two groups competing)")
     parser.add_argument("--list", action="store_true",
                         help="list the selected runs, their state and epochs done; run nothing")
     args = parser.parse_args(argv)
@@ -115,6 +129,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--jobs must be at least 1")
     if args.run_timeout is not None and not args.run_timeout > 0:
         parser.error("--run-timeout must be a positive number of seconds")
+    if args.group_seeds and args.engine not in group.GROUPED_ENGINES:
+        parser.error(f"--group-seeds trains runs side by side with the JAX engine: add --engine "
+                     f"{' or '.join(group.GROUPED_ENGINES)}")
     if any(seed < 0 for seed in args.seed):
         parser.error("--seed values must be integers >= 0")
     args.seed = list(dict.fromkeys(args.seed))
@@ -155,7 +172,7 @@ def main(argv=None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     jobs = paper_tables.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed, args.data_dir,
-                                  args.mask_reading, args.dataset, args.real_update)
+                                  args.mask_reading, args.dataset, args.real_update, args.engine)
     if args.list:
         list_jobs(jobs)
         return 0
@@ -163,11 +180,13 @@ def main(argv=None) -> int:
     n_train = profile["n_train"] or parameters.FULL_TRAIN
     print(f"profile {args.profile}: {profile['epochs']} epochs, {n_train:,} training images of {args.dataset}; "
           f"seeds {', '.join(map(str, args.seed))}; dropout reading "
-          f"{args.dropout_reading}; mask reading {args.mask_reading}; real-weight update {args.real_update}; results in "
+          f"{args.dropout_reading}; mask reading {args.mask_reading}; real-weight update {args.real_update}; engine "
+          f"{args.engine or ebp_lib.DEFAULT_ENGINE}{', seeds of a run trained together' if args.group_seeds else ''}; "
+          f"results in "
           f"{args.runs_dir / folder.results_folder(args.profile, args.dataset)}")
     try:
         outcomes = runner.run_batch(jobs, args.jobs, args.scheduler, args.progress_every,
-                                    run_timeout_s=args.run_timeout)
+                                    run_timeout_s=args.run_timeout, group_seeds=args.group_seeds)
     except OSError as err:  # e.g. no scheduler at that address
         print(f"error: {records.describe_error(err)}", file=sys.stderr)
         return 1

@@ -1,11 +1,14 @@
-"""The fast engine (engine="fast", ebp_fast.py) against the readable reference in ebp_lib: every kernel
-against its plain version, and whole epochs against engine="reference".
+"""The float32 engines against the readable reference in ebp_lib: the fast engine (engine="fast", ebp_fast.py) kernel
+by kernel against plain versions, and both float32 engines, fast and jax (ebp_jax.py, EBP as jax.grad), over whole
+epochs, single steps, evaluation and non-finite values against engine="reference" (the tests parametrised by
+`engine`, with the same cases and tolerances for both).
 
-The fast engine computes in float32; the reference in float64. Tolerance: after 300 updates
+The float32 engines compute in float32; the reference in float64. Tolerance: after 300 updates
 the largest difference in h is at most 1e-4 of the largest |h| (and the same for b): float32 rounding is ~6e-8
 per operation, and the measured differences are ~1e-6, so a wrong equation (a missing factor, a stale cache, a
 different dropout mask) fails by orders of magnitude.
 """
+import importlib.util
 import inspect
 import re
 
@@ -19,6 +22,9 @@ import ebp_fast
 import ebp_lib as ebp
 
 SIDE = 12  # 144 inputs: small enough that 300 reference updates take milliseconds
+# The float32 engines held to the reference by the same tests; JAX is a dependency, but a missing one skips.
+FLOAT32_ENGINES = ["fast", pytest.param("jax", marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                                                                        reason="JAX is not installed"))]
 RTOL = 1e-4
 CASES = [  # (weights, architecture, dropout, init_scale)
     ("binary", [30, 10], None, 1.0),
@@ -54,13 +60,15 @@ def assert_close_networks(fast, reference):
         assert np.abs(a.b - b.b).max() <= RTOL * scale_b, f"layer {k + 1}: b differs"
 
 
+@pytest.mark.parametrize("engine", FLOAT32_ENGINES)
 @pytest.mark.parametrize("batch_size", [1, 10])
 @pytest.mark.parametrize("weights, architecture, dropout, init_scale", CASES)
-def test_fast_equals_reference_after_300_updates(weights, architecture, dropout, init_scale, batch_size):
+def test_float32_engine_equals_reference_after_300_updates(weights, architecture, dropout, init_scale, batch_size,
+                                                           engine):
     x, y = data(300 * batch_size)
     fast, reference = (net_for(weights, architecture, dropout, init_scale) for _ in range(2))
     rng_fast, rng_reference = np.random.default_rng(5), np.random.default_rng(5)
-    ebp.train_epoch(fast, x, y, batch_size, rng_fast, engine="fast")
+    ebp.train_epoch(fast, x, y, batch_size, rng_fast, engine=engine)
     ebp.train_epoch(reference, x, y, batch_size, rng_reference, engine="reference")
     assert rng_fast.bit_generator.state == rng_reference.bit_generator.state  # the same random draws
     moved = max(np.abs(layer.h - start.h).max() for layer, start in
@@ -69,31 +77,33 @@ def test_fast_equals_reference_after_300_updates(weights, architecture, dropout,
     assert_close_networks(fast, reference)
 
 
+@pytest.mark.parametrize("engine", FLOAT32_ENGINES)
 @pytest.mark.parametrize("batch_size", [1, 10])
 @pytest.mark.parametrize("weights, architecture, dropout", [("binary", [("local", 5), 10], None),
                                                            ("real", [("local", 5), ("local", 4), 10], None),
                                                            ("binary", [("local", 5), 10], "sampled")])
-def test_held_mask_reading_fast_equals_reference(weights, architecture, dropout, batch_size):
+def test_held_mask_reading_float32_engine_equals_reference(weights, architecture, dropout, batch_size, engine):
     """The "held" reading of spatial masks (masked weights kept at h = 0 in a full matrix) in both engines."""
     x, y = data(300 * batch_size)
     fast, reference = (ebp.init_network(architecture, weights, seed=2, input_side=SIDE, dropout=dropout,
                                         mask_reading="held") for _ in range(2))
-    ebp.train_epoch(fast, x, y, batch_size, np.random.default_rng(5), engine="fast")
+    ebp.train_epoch(fast, x, y, batch_size, np.random.default_rng(5), engine=engine)
     ebp.train_epoch(reference, x, y, batch_size, np.random.default_rng(5), engine="reference")
     assert_close_networks(fast, reference)
     for layer in fast.layers:
         if layer.mask is not None:
             assert np.all(layer.h[~layer.mask] == 0)  # held at 0
     labels = y.argmax(axis=1)
-    fast_errors = ebp.evaluate(fast, x, labels, engine="fast")
+    fast_errors = ebp.evaluate(fast, x, labels, engine=engine)
     assert fast_errors == ebp.evaluate(fast, x, labels, engine="reference")
 
 
+@pytest.mark.parametrize("engine", FLOAT32_ENGINES)
 @pytest.mark.parametrize("batch_size", [1, 10])
 @pytest.mark.parametrize("weights, architecture, dropout", [("binary", [30, 10], None),
                                                            ("real", [("local", 5), 10], "analytic"),
                                                            ("binary", [20, 15, 10], "sampled")])
-def test_fast_leaves_out_inputs_that_are_always_zero(weights, architecture, dropout, batch_size):
+def test_float32_engine_leaves_inputs_that_are_always_zero_alone(weights, architecture, dropout, batch_size, engine):
     # a border of pixels that are 0 in every image, as in standardised MNIST (67 of 784 pixels); 72 pixels are
     # used, so 8 of the border's are carried along as padding (to 80, a multiple of 16) and must not change either
     x, y = data(100 * batch_size)
@@ -103,7 +113,7 @@ def test_fast_leaves_out_inputs_that_are_always_zero(weights, architecture, drop
     fast, reference = (net_for(weights, architecture, dropout, 1.0) for _ in range(2))
     start = fast.layers[0].h.copy()
     rng_fast, rng_reference = np.random.default_rng(5), np.random.default_rng(5)
-    ebp.train_epoch(fast, x, y, batch_size, rng_fast, engine="fast")
+    ebp.train_epoch(fast, x, y, batch_size, rng_fast, engine=engine)
     ebp.train_epoch(reference, x, y, batch_size, rng_reference, engine="reference")
     assert rng_fast.bit_generator.state == rng_reference.bit_generator.state  # masks drawn for every pixel
     assert_close_networks(fast, reference)
@@ -112,32 +122,35 @@ def test_fast_leaves_out_inputs_that_are_always_zero(weights, architecture, drop
     assert not np.array_equal(fast.layers[0].h[:, ~border.ravel()], start[:, ~border.ravel()])
 
 
-def test_fast_step_on_blank_images_changes_only_biases_and_deeper_layers():
+@pytest.mark.parametrize("engine", FLOAT32_ENGINES)
+def test_float32_step_on_blank_images_changes_only_biases_and_deeper_layers(engine):
     x, y = data(4)
     x[:] = 0.0  # no input column is used: the first layer's h stays as it was
     fast, reference = (net_for("binary", [20, 15, 10], None, 1.0) for _ in range(2))
-    ebp.train_step(fast, x, y, engine="fast")
+    ebp.train_step(fast, x, y, engine=engine)
     ebp.train_step(reference, x, y, engine="reference")
     assert_close_networks(fast, reference)
     assert np.array_equal(fast.layers[0].h, net_for("binary", [20, 15, 10], None, 1.0).layers[0].h.astype(np.float32))
 
 
+@pytest.mark.parametrize("engine", FLOAT32_ENGINES)
 @pytest.mark.parametrize("weights", ["binary", "real"])
-def test_fast_train_step_equals_reference_and_keeps_dtype(weights):
+def test_float32_train_step_equals_reference_and_keeps_dtype(weights, engine):
     x, y = data(7)
     for dtype in (np.float64, np.float32):
         fast, reference = (net_for(weights, [20, 15, 10], "sampled", 3.0, dtype) for _ in range(2))
-        ebp.train_step(fast, x, y, np.random.default_rng(1), engine="fast")
+        ebp.train_step(fast, x, y, np.random.default_rng(1), engine=engine)
         ebp.train_step(reference, x, y, np.random.default_rng(1), engine="reference")
         assert all(layer.h.dtype == dtype and layer.b.dtype == dtype for layer in fast.layers)
         assert_close_networks(fast, reference)
 
 
-def test_fast_float32_network_matches_float64_reference():
+@pytest.mark.parametrize("engine", FLOAT32_ENGINES)
+def test_float32_network_matches_float64_reference(engine):
     x, y = data(1000)
     fast = net_for("binary", [20, 15, 10], None, 1.0, np.float32)
     reference = net_for("binary", [20, 15, 10], None, 1.0)
-    ebp.train_epoch(fast, x.astype(np.float32), y.astype(np.float32), 4, np.random.default_rng(0))
+    ebp.train_epoch(fast, x.astype(np.float32), y.astype(np.float32), 4, np.random.default_rng(0), engine=engine)
     ebp.train_epoch(reference, x, y, 4, np.random.default_rng(0), engine="reference")
     assert_close_networks(fast, reference)
 
@@ -229,9 +242,10 @@ def test_back_product_equals_matrix_product(units):
     np.testing.assert_allclose(ebp_fast._back_product(d, m), exact, rtol=0, atol=1e-6 * np.sqrt(units) * 10)
 
 
-@pytest.mark.parametrize("engine, bad", [("fast", np.nan), ("fast", np.inf), ("reference", np.nan)])
+@pytest.mark.parametrize("engine, bad", [("fast", np.nan), ("fast", np.inf), ("reference", np.nan),
+                                         ("jax", np.nan), ("jax", np.inf)])
 def test_non_finite_stops_with_the_same_error(engine, bad):
-    # (the reference trains on with an infinite h of binary weights: ⟨W⟩ = tanh(inf) = 1; the fast engine refuses)
+    # (the reference trains on with an infinite h of binary weights: ⟨W⟩ = tanh(inf) = 1; the float32 engines refuse)
     x, y = data(40)
     net = net_for("binary", [20, 15, 10], None, 1.0)
     net.layers[1].h[0, 0] = bad
@@ -242,7 +256,7 @@ def test_non_finite_stops_with_the_same_error(engine, bad):
         np.testing.assert_array_equal(layer.h, old)
 
 
-@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("engine", ["fast", "reference", "jax"])
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_nan_bias_is_named(engine, k):
     """A NaN in a bias is named as such, with its layer (not as a non-finite Δ of layer 1 with finite h)."""
@@ -257,12 +271,13 @@ def test_nan_bias_is_named(engine, k):
         np.testing.assert_array_equal(layer.b, b)
 
 
-def test_fast_nan_image_stops_before_its_update():
+@pytest.mark.parametrize("float32_engine", FLOAT32_ENGINES)
+def test_float32_nan_image_stops_before_its_update(float32_engine):
     x, y = data(40)
     x[np.random.default_rng(0).permutation(40)[25], 5] = np.nan  # train_epoch's order: in step 2 (images 20-29)
     step = 2
     fast, reference = (net_for("binary", [20, 15, 10], None, 1.0) for _ in range(2))
-    for net, engine in ((fast, "fast"), (reference, "reference")):
+    for net, engine in ((fast, float32_engine), (reference, "reference")):
         with pytest.raises(FloatingPointError, match=rf"non-finite Δ in layer \d+ at step {step} of epoch 1"):
             ebp.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
     assert_close_networks(fast, reference)  # both stopped after the same finite steps
@@ -289,22 +304,23 @@ def test_unknown_engine_is_refused():
         ebp.train_epoch(net_for("binary", [20, 10], None, 1.0), x, y, 10, np.random.default_rng(0), engine="gpu")
 
 
+@pytest.mark.parametrize("engine", FLOAT32_ENGINES)
 @pytest.mark.parametrize("weights, architecture, dropout, init_scale", CASES)
-def test_fast_evaluation_equals_reference(weights, architecture, dropout, init_scale):
-    """fit evaluates with the training engine: the float32 outputs (ebp_lib.float32_outputs; EBP-D is output_ebp_d
-    on the float32 network) are within 1e-5 of the reference's, and the predicted classes agree except on near-ties
-    (none here; at most 1 image in 1,000 allowed)."""
+def test_float32_evaluation_equals_reference(weights, architecture, dropout, init_scale, engine):
+    """fit evaluates with the training engine: the float32 outputs (the fast engine's ebp_lib.float32_outputs, EBP-D
+    output_ebp_d on the float32 network; the JAX engine's ebp_jax._outputs) are within 1e-5 of the reference's, and
+    the predicted classes agree except on near-ties (none here; at most 1 image in 1,000 allowed)."""
     x, y = data(3000)
     net = net_for(weights, architecture, dropout, init_scale)
     ebp.train_epoch(net, x, y, 10, np.random.default_rng(0))
     x_test, y_test = data(1000, seed=1)
     labels = y_test.argmax(axis=1)
-    with ebp.float32_outputs(net) as outputs:
+    with ebp.resolve_engine(engine).outputs(net) as outputs:
         ebp_p32, ebp_d32 = outputs(x_test)
     assert ebp_p32.dtype == ebp_d32.dtype == np.float32
     assert np.abs(ebp_p32 - ebp.output_ebp_p(net, x_test)).max() < 1e-5
     assert np.sum(ebp_d32.argmax(axis=1) != ebp.output_ebp_d(net, x_test).argmax(axis=1)) <= 1
-    fast, reference = (ebp.evaluate(net, x_test, labels, engine=e) for e in ("fast", "reference"))
+    fast, reference = (ebp.evaluate(net, x_test, labels, engine=e) for e in (engine, "reference"))
     assert abs(fast["ebp_p"] - reference["ebp_p"]) <= 1e-3 and abs(fast["ebp_d"] - reference["ebp_d"]) <= 1e-3
     assert 0.02 < reference["ebp_p"] < 0.9  # the network learned something, and not everything
 

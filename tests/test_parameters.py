@@ -24,9 +24,22 @@ def notebook_parameters(path) -> dict:
 
 def test_the_notebooks_parameters_cell_assigns_exactly_the_defaults():
     """The experiment notebook's parameters cell (what papermill overrides) assigns every default, in order, with
-    its value, and nothing else: a parameter added to one and not the other fails here."""
+    its value, then the run options (the engine, default the project's), and nothing else: a parameter added to
+    one and not the other fails here."""
     cell = notebook_parameters(parameters.NOTEBOOK)
-    assert list(cell.items()) == list(parameters.DEFAULT_PARAMETERS.items())
+    assert list(cell.items()) == list({**parameters.DEFAULT_PARAMETERS, **parameters.RUN_OPTIONS}.items())
+    assert parameters.RUN_OPTIONS == {"engine": "fast"} and not set(parameters.RUN_OPTIONS) & set(
+        parameters.DEFAULT_PARAMETERS)
+
+
+def test_the_engine_is_a_run_option_checked_apart_from_the_parameters():
+    """`-p engine jax` is not an unknown parameter (given_parameters leaves it out); an unknown engine is refused
+    naming the engines."""
+    namespace = {**parameters.DEFAULT_PARAMETERS, "engine": "jax"}
+    assert parameters.given_parameters(namespace, set()) == parameters.DEFAULT_PARAMETERS
+    assert parameters.validate_engine("jax") == "jax"
+    with pytest.raises(parameters.ParameterError, match="engine='gpu': choose one of fast, reference, jax"):
+        parameters.validate_engine("gpu")
     assert list(parameters.DEFAULT_PARAMETERS)[:3] == ["dataset", "architecture", "weights"]
 
 
