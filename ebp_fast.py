@@ -6,8 +6,8 @@ Nothing here is needed to read the algorithm: every kernel computes equations th
 REFERENCES names that readable reference for each kernel (PARTS the kernel each helper belongs to), and
 tests/test_kernels.py checks every kernel against its reference on random inputs; tests/test_fast.py compares
 whole epochs with engine="reference". This module imports nothing of ebp_lib (it reads the network's fields),
-so ebp_lib can resolve its engines without an import cycle. The fast engine's evaluation is numpy (BLAS) and
-lives in ebp_lib (float32_outputs).
+so ebp_lib can resolve its engines without an import cycle. The fast engine's evaluation is numpy (BLAS):
+ebp_lib.float32_outputs, with EBP-P's float32 σ² fold here (float32_ebp_p).
 
 How the compiled epoch differs from the reference (the same equations, docs/maths.md §Forward pass to §Update):
 - the forward pass of step t+1 needs only layer l's updated weights and layer l−1's new outputs, so each layer's
@@ -32,6 +32,7 @@ from collections import namedtuple
 import numba
 import numpy as np
 from numba.typed import List
+from scipy import special
 
 FAST_DTYPE = np.float32
 # fastmath without 'nnan'/'ninf': LLVM may vectorise and reassociate, but NaN and inf keep their meaning (a NaN
@@ -504,6 +505,47 @@ def _train_steps(x, y, order, columns, batch_size, net, rng):
                     _load_inputs(inputs[kn + 1], moments[l].nu[:batch_next], sources[l + 1], False, net, rng)
         cur = nxt
     return n_steps, -1
+
+
+# --- the engine's evaluation of EBP-P: float32 matrix products (numpy, BLAS; ebp_lib.float32_outputs) --------
+
+def float32_weight_moments(net32) -> list:
+    """(⟨W⟩, ⟨W⟩², mask) of every layer of a float32 network, for float32_ebp_p (the mask only where masked weights
+    are absent: held ones keep ⟨W²⟩ = 1 in σ²)."""
+    out = []
+    for layer in net32.layers:
+        w_mean = np.tanh(layer.h) if net32.weights == "binary" else layer.h
+        absent = layer.mask is not None and not layer.held
+        out.append((w_mean, w_mean * w_mean, layer.mask.astype(np.float32) if absent else None))
+    return out
+
+
+def float32_ebp_p(net32, moments: list, x) -> np.ndarray:
+    """ebp_lib.output_ebp_p in float32 (the evaluation of ebp_lib.float32_outputs), from the weight moments of
+    float32_weight_moments, with ⟨W²⟩ = 1 (binary) or ⟨W⟩² + 1 (real) folded into σ² as the training kernels fold
+    it (layer_moments' σ² rearranged):
+
+        σ²·N = Σ mask⟨v²⟩ + 1 − Σ ⟨W⟩²·m2_factor,   m2_factor = ν² (binary) or ν² − ⟨v²⟩ (real)."""
+    nu = x.astype(np.float32)
+    v2 = nu * nu
+    nu2 = (1.0 - 4.0 * net32.keep * (1.0 - net32.keep)) * v2 if net32.dropout == "analytic" else v2
+    extra_variance = net32.real_update_parts[1]
+    for k, (layer, (w_mean, w_mean2, mask)) in enumerate(zip(net32.layers, moments)):
+        if net32.dropout == "sampled":  # test time: the weights scaled by p
+            nu, v2 = net32.keep * nu, net32.keep ** 2 * (np.ones_like(nu) if v2 is None else v2)
+            nu2 = nu * nu
+        if v2 is None:  # ±1 hidden units: ⟨v²⟩ = 1
+            second, m2_factor = layer.normaliser, (nu2 if net32.weights == "binary" else nu2 - 1.0)
+        else:
+            second = (v2 @ mask.T if mask is not None else v2.sum(axis=1, keepdims=True)) + 1.0
+            m2_factor = nu2 if net32.weights == "binary" else nu2 - v2
+        mu = (nu @ w_mean.T + layer.b) / np.sqrt(layer.normaliser)
+        sigma2 = (second - m2_factor @ w_mean2.T) / layer.normaliser
+        if extra_variance and k > 0:
+            sigma2 = sigma2 + 1.0 / layer.normaliser  # ebp_lib.authors_variance_term
+        nu, v2 = special.erf(mu / np.sqrt(2.0 * sigma2)), None  # ebp_lib.unit_mean
+        nu2 = nu * nu
+    return nu
 
 
 # --- the engine's entry points: train_step and train_steps (ebp_lib.ENGINES["fast"]) ----------------------------

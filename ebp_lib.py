@@ -497,50 +497,14 @@ BLAS_THREADS = 1  # the float32 evaluation's matrix products: one BLAS thread pe
 def float32_outputs(net: Network):
     """The fast engine's evaluation: x ↦ (EBP-P, EBP-D outputs) in float32, BLAS limited to BLAS_THREADS threads
     while the context is open. Both run on a copy of `net` with h and b rounded to float32: EBP-D is output_ebp_d
-    itself; EBP-P is _float32_ebp_p, with the weight moments computed once for all batches."""
+    itself; EBP-P is ebp_fast.float32_ebp_p, with the weight moments computed once for all batches."""
     net32 = replace(net, layers=[replace(layer, h=layer.h.astype(np.float32), b=layer.b.astype(np.float32))
                                  for layer in net.layers])
-    moments = _float32_weight_moments(net32)
+    import ebp_fast  # (imported with the fast engine, whose evaluation this is)
+
+    moments = ebp_fast.float32_weight_moments(net32)
     with threadpool_limits(limits=BLAS_THREADS, user_api="blas"):
-        yield lambda x: (_float32_ebp_p(net32, moments, x), output_ebp_d(net32, x.astype(np.float32)))
-
-
-def _float32_weight_moments(net32: Network) -> list:
-    """(⟨W⟩, ⟨W⟩², mask) of every layer of a float32 network, for _float32_ebp_p (the mask only where masked weights
-    are absent: held ones keep ⟨W²⟩ = 1 in σ²)."""
-    out = []
-    for layer in net32.layers:
-        w_mean = np.tanh(layer.h) if net32.weights == "binary" else layer.h
-        absent = layer.mask is not None and not layer.held
-        out.append((w_mean, w_mean * w_mean, layer.mask.astype(np.float32) if absent else None))
-    return out
-
-
-def _float32_ebp_p(net32: Network, moments: list, x) -> np.ndarray:
-    """output_ebp_p in float32, from the weight moments of _float32_weight_moments, with ⟨W²⟩ = 1 (binary) or
-    ⟨W⟩² + 1 (real) folded into σ² as ebp_fast's kernels fold it (layer_moments' σ² rearranged):
-
-        σ²·N = Σ mask⟨v²⟩ + 1 − Σ ⟨W⟩²·m2_factor,   m2_factor = ν² (binary) or ν² − ⟨v²⟩ (real)."""
-    nu = x.astype(np.float32)
-    v2 = nu * nu
-    nu2 = (1.0 - 4.0 * net32.keep * (1.0 - net32.keep)) * v2 if net32.dropout == "analytic" else v2
-    extra_variance = net32.real_update_parts[1]
-    for k, (layer, (w_mean, w_mean2, mask)) in enumerate(zip(net32.layers, moments)):
-        if net32.dropout == "sampled":  # test time: the weights scaled by p
-            nu, v2 = net32.keep * nu, net32.keep ** 2 * (np.ones_like(nu) if v2 is None else v2)
-            nu2 = nu * nu
-        if v2 is None:  # ±1 hidden units: ⟨v²⟩ = 1
-            second, m2_factor = layer.normaliser, (nu2 if net32.weights == "binary" else nu2 - 1.0)
-        else:
-            second = (v2 @ mask.T if mask is not None else v2.sum(axis=1, keepdims=True)) + 1.0
-            m2_factor = nu2 if net32.weights == "binary" else nu2 - v2
-        mu = (nu @ w_mean.T + layer.b) / np.sqrt(layer.normaliser)
-        sigma2 = (second - m2_factor @ w_mean2.T) / layer.normaliser
-        if extra_variance and k > 0:
-            sigma2 = sigma2 + authors_variance_term(layer)
-        nu, v2 = unit_mean(mu, sigma2), None
-        nu2 = nu * nu
-    return nu
+        yield lambda x: (ebp_fast.float32_ebp_p(net32, moments, x), output_ebp_d(net32, x.astype(np.float32)))
 
 
 def _reference_engine() -> Engine:

@@ -431,7 +431,7 @@ def _workers_alive(client, workers: list[str]) -> bool:
 
 def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None = None,
               progress_every: float = 30.0, echo=print, run_timeout_s: float | None = None,
-              worker_wait: float = WORKER_WAIT, group_seeds: bool = False) -> list[dict]:
+              worker_wait: float = WORKER_WAIT, grouping=None) -> list[dict]:
     """Run `jobs`: finished ones are skipped, others resume from their checkpoint. Returns one outcome per
     job (status skipped, busy, stale, inconsistent, finished, failed, or interrupted by Ctrl-C/SIGTERM), in job
     order.
@@ -440,19 +440,18 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
     distributed.LocalCluster, or the existing cluster at `scheduler` (its workers must run this project's
     environment, with this package installed, and see the repository and the data folder at the same paths;
     the workers that cannot are named and given no run). At most `n_jobs` tasks are sent at once (on a cluster:
-    by default as many as its workers have threads), in table order. A task is one job, or with `group_seeds` the
-    jobs of the JAX engine that differ only in their seed, trained side by side in one task
-    (reproduction.group.run_group; each run's files are those it would have alone). The runner never waits forever:
+    by default as many as its workers have threads), in table order. A task is one job, or with `grouping` (the
+    module reproduction.group, passed in so that this module does not import it: it imports this one) the jobs of
+    the JAX engine that differ only in their seed, trained side by side in one task (grouping.group_jobs, run by
+    grouping.run_group; each run's files are those it would have alone). The runner never waits forever:
     a task without an answer after its timeout (run_timeout summed over its jobs, or `run_timeout_s` seconds)
     fails, as do the tasks of a cluster left without a usable worker for `worker_wait` seconds; the batch goes on.
     """
     outcomes, todo = plan_batch(jobs, echo)
     if not todo:
         return [outcomes[j["key"]] for j in jobs]
-    if group_seeds:
-        from reproduction.group import group_jobs
-
-        tasks = group_jobs(todo)
+    if grouping is not None:
+        tasks = grouping.group_jobs(todo)
         for task in tasks:
             if len(task) > 1:
                 echo(f"  trained together (engine {task[0]['engine']}): {', '.join(job['key'] for job in task)}")
@@ -529,9 +528,7 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
             while queue and len(running) < window:
                 task = queue.pop(0)
                 if len(task) > 1:
-                    from reproduction.group import run_group
-
-                    function, argument, name = run_group, task, f"group-{task[0]['key']}"
+                    function, argument, name = grouping.run_group, task, f"group-{task[0]['key']}"
                 else:
                     function, argument, name = run_job, task[0], f"run-{task[0]['key']}"
                 future = client.submit(function, argument, pure=False, key=f"{name}-{os.urandom(4).hex()}",

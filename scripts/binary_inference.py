@@ -20,7 +20,8 @@ For [784,800,10], [784,800,800,10] and the block-13 spatial net:
     (ebp_lib.load_network) instead; `--n-train N` trains on fewer images (a quick look, not the committed numbers).
  2. Export with ebp_binary.export_network, calibrate engine "auto" on this machine (ebp_binary.calibrate, on
     training images: per layer, from which batch size the float32 BLAS product beats the packed kernel), save the
-    model with its plan (save_packed), load it (load_packed); every number below uses the loaded model.
+    model with its plan (ebp_binary_format.save_packed), load it (ebp_binary_format.load_packed); every number
+    below uses the loaded model.
  3. Mismatches: test images (all 10,000) where the packed prediction differs from output_ebp_d(net, x).argmax(1)
     (float64), for the engines "auto" (the deployed choice; also one image at a time on the images timed at
     batch 1), "numba" (packed kernels only), "blas" (float32 BLAS on the ±1 weights) and "numpy" (readable; 1,000
@@ -58,6 +59,7 @@ import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 import ebp_binary as eb  # noqa: E402
+import ebp_binary_format as ebf  # noqa: E402
 import ebp_binary_kernels  # noqa: E402
 import ebp_data  # noqa: E402
 import ebp_lib as ebp  # noqa: E402
@@ -349,8 +351,8 @@ def main(argv=None) -> int:
         calibration["seconds"] = time.perf_counter() - t
         with tempfile.TemporaryDirectory() as tmp:
             packed_file = Path(tmp) / "net.packed.npz"
-            eb.save_packed(packed_file, packed)
-            packed = eb.load_packed(packed_file)  # the deployed model: its plan travels with it
+            ebf.save_packed(packed_file, packed)
+            packed = ebf.load_packed(packed_file)  # the deployed model: its plan travels with it
             sizes = byte_counts(net, packed, packed_file, Path(tmp))
         fw = float32_weights(net)
         scale32 = np.float32(packed.scale)

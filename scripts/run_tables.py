@@ -186,7 +186,8 @@ def main(argv=None) -> int:
           f"{args.runs_dir / folder.results_folder(args.profile, args.dataset)}")
     try:
         outcomes = runner.run_batch(jobs, args.jobs, args.scheduler, args.progress_every,
-                                    run_timeout_s=args.run_timeout, group_seeds=args.group_seeds)
+                                    run_timeout_s=args.run_timeout,
+                                    grouping=group if args.group_seeds else None)
     except OSError as err:  # e.g. no scheduler at that address
         print(f"error: {records.describe_error(err)}", file=sys.stderr)
         return 1

@@ -1,4 +1,5 @@
-"""The deployed binary network (ebp_binary): packed format, loader checks, XNOR-popcount inference.
+"""The deployed binary network (ebp_binary, its file format ebp_binary_format): packed format, loader checks,
+XNOR-popcount inference.
 
 The agreement tests train small binary nets briefly with the fast engine (1 epoch on the first 3,000 MNIST
 training images) and require the packed predictions to equal output_ebp_d(net, x).argmax(1) on all 10,000 test
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 import ebp_binary as eb
+import ebp_binary_format as ebf
 import ebp_data
 import ebp_lib as ebp
 
@@ -58,8 +60,8 @@ def test_packed_predictions_equal_ebp_d_on_all_test_images(name, data, tmp_path)
     architecture, dropout = CASES[name]
     net = train(architecture, dropout, data)
     path = tmp_path / "net.packed.npz"
-    eb.save_packed(path, eb.export_network(net))
-    packed = eb.load_packed(path)  # the deployed path: export, save, load
+    ebf.save_packed(path, eb.export_network(net))
+    packed = ebf.load_packed(path)  # the deployed path: export, save, load
     assert packed.scale == (net.keep if dropout == "sampled" else 1.0)
 
     reference = ebp.output_ebp_d(net, data.x_test)
@@ -127,9 +129,9 @@ def test_a_version_1_file_with_full_width_mask_planes_is_still_read(data, tmp_pa
         if np.any(w == 0):
             arrays[f"connected{k}"] = eb.pack_bits(w != 0)
         specs.append({"n_inputs": w.shape[1], "n_units": w.shape[0], "connected": bool(np.any(w == 0))})
-    header = {"format": eb.FORMAT_NAME, "version": 1, "scale": 1.0, "source": {}, "layers": specs}
+    header = {"format": ebf.FORMAT_NAME, "version": 1, "scale": 1.0, "source": {}, "layers": specs}
     np.savez(tmp_path / "v1.npz", header=np.array(json.dumps(header)), **arrays)
-    packed = eb.load_packed(tmp_path / "v1.npz")
+    packed = ebf.load_packed(tmp_path / "v1.npz")
     assert packed.layers[0].local is None and packed.layers[0].connected is not None and packed.plan is None
     reference = ebp.output_ebp_d(net, data.x_test[:2000])
     for engine in ("numba", "auto"):
@@ -157,8 +159,8 @@ def test_the_stated_rule_and_a_calibrated_plan_choose_per_layer_and_the_plan_is_
         packed.plan = {"blas_from_batch": crossover}
         np.testing.assert_array_equal(eb.output_sums(packed, data.x_test[:300], "auto"), reference)
     assert eb.layer_methods(packed, 300) == ["blas", "blas", "blas"] and eb.layer_methods(packed, 1)[0] == "packed"
-    eb.save_packed(tmp_path / "planned.npz", packed)
-    assert eb.load_packed(tmp_path / "planned.npz").plan == {"blas_from_batch": [200, 1, 1]}
+    ebf.save_packed(tmp_path / "planned.npz", packed)
+    assert ebf.load_packed(tmp_path / "planned.npz").plan == {"blas_from_batch": [200, 1, 1]}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -292,12 +294,12 @@ def rewrite(source, target, **changes):
 @pytest.fixture
 def packed_file(small_binary_net, tmp_path):
     path = tmp_path / "good.npz"
-    eb.save_packed(path, eb.export_network(small_binary_net))
+    ebf.save_packed(path, eb.export_network(small_binary_net))
     return path
 
 
 def test_round_trip_keeps_every_array(small_binary_net, packed_file):
-    packed, loaded = eb.export_network(small_binary_net), eb.load_packed(packed_file)
+    packed, loaded = eb.export_network(small_binary_net), ebf.load_packed(packed_file)
     assert loaded.scale == packed.scale and loaded.source == packed.source and loaded.sizes == [784, 30, 10]
     for a, b in zip(packed.layers, loaded.layers):
         np.testing.assert_array_equal(a.signs, b.signs)
@@ -314,14 +316,14 @@ def header_with(path, **changes):
 
 def test_loader_refuses_another_version(packed_file, tmp_path):
     bad = rewrite(packed_file, tmp_path / "v3.npz", header=header_with(packed_file, version=3))
-    with pytest.raises(eb.PackedFormatError, match=r"v3\.npz: written in format version 3; this loader reads "
+    with pytest.raises(ebf.PackedFormatError, match=r"v3\.npz: written in format version 3; this loader reads "
                                                     r"versions 1, 2"):
-        eb.load_packed(bad)
+        ebf.load_packed(bad)
 
 
 def test_loader_refuses_a_local_geometry_or_a_plan_that_does_not_fit(tmp_path):
     path = tmp_path / "block.npz"
-    eb.save_packed(path, eb.export_network(ebp.init_network(ebp.paper_architecture("block13"), "binary", seed=0)))
+    ebf.save_packed(path, eb.export_network(ebp.init_network(ebp.paper_architecture("block13"), "binary", seed=0)))
     with np.load(path) as f:
         layers = json.loads(str(f["header"]))["layers"]
     for local, message in [([28, 12], r"a block-12 layer on a 28x28 map has 289 units, not 256"),
@@ -329,12 +331,12 @@ def test_loader_refuses_a_local_geometry_or_a_plan_that_does_not_fit(tmp_path):
                            ([28, "13"], r"local \[28, .13.\] must be \[input_side, block\], two integers")]:
         bad = rewrite(path, tmp_path / "local.npz", header=header_with(path, layers=[{**layers[0], "local": local},
                                                                                       layers[1]]))
-        with pytest.raises(eb.PackedFormatError, match=r"local\.npz: layer 1: " + message):
-            eb.load_packed(bad)
+        with pytest.raises(ebf.PackedFormatError, match=r"local\.npz: layer 1: " + message):
+            ebf.load_packed(bad)
     for plan in ({"blas_from_batch": [8]}, {"blas_from_batch": [0, None]}, {"blas_from_batch": [True, None]}, [8]):
         bad = rewrite(path, tmp_path / "plan.npz", header=header_with(path, plan=plan))
-        with pytest.raises(eb.PackedFormatError, match=r"plan\.npz: the header's plan .* for each of the 2 layers"):
-            eb.load_packed(bad)
+        with pytest.raises(ebf.PackedFormatError, match=r"plan\.npz: the header's plan .* for each of the 2 layers"):
+            ebf.load_packed(bad)
 
 
 def _crafted(path, members: dict) -> Path:
@@ -379,53 +381,53 @@ def test_the_loader_reads_the_header_first_and_never_allocates_what_a_small_file
                           (claims, r"claims\.npz: array 'signs0' declares 10400000000 bytes")]:
         tracemalloc.start()
         try:
-            with pytest.raises(eb.PackedFormatError, match=message):
-                eb.load_packed(path)
+            with pytest.raises(ebf.PackedFormatError, match=message):
+                ebf.load_packed(path)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
         assert path.stat().st_size < 3 * 2 ** 20 and peak < 20 * 2 ** 20, (path.stat().st_size, peak)
     # a declared shape the header does not imply is refused by name, also before reading
     members["signs0"] = ((30, 14), np.uint64, b"\0" * (30 * 14 * 8))
-    with pytest.raises(eb.PackedFormatError, match=r"array 'signs0' has shape \(30, 14\); the header implies "
+    with pytest.raises(ebf.PackedFormatError, match=r"array 'signs0' has shape \(30, 14\); the header implies "
                                                     r"\(30, 13\)"):
-        eb.load_packed(_crafted(tmp_path / "wide.npz", members))
+        ebf.load_packed(_crafted(tmp_path / "wide.npz", members))
 
 
 def test_loader_refuses_a_wrong_shape(packed_file, tmp_path):
     with np.load(packed_file) as f:
         signs = f["signs1"]
     bad = rewrite(packed_file, tmp_path / "shape.npz", signs1=signs[:, :0])
-    with pytest.raises(eb.PackedFormatError, match=r"shape\.npz: array 'signs1' has shape \(10, 0\); the header "
+    with pytest.raises(ebf.PackedFormatError, match=r"shape\.npz: array 'signs1' has shape \(10, 0\); the header "
                                                     r"implies \(10, 1\)"):
-        eb.load_packed(bad)
+        ebf.load_packed(bad)
     bad = rewrite(packed_file, tmp_path / "sizes.npz",
                   header=header_with(packed_file, layers=[{"n_inputs": 784, "n_units": 30, "connected": False},
                                                           {"n_inputs": 31, "n_units": 10, "connected": False}]))
-    with pytest.raises(eb.PackedFormatError, match=r"sizes\.npz: layer 2 takes 31 inputs but layer 1 has 30 units"):
-        eb.load_packed(bad)
+    with pytest.raises(ebf.PackedFormatError, match=r"sizes\.npz: layer 2 takes 31 inputs but layer 1 has 30 units"):
+        ebf.load_packed(bad)
 
 
 def test_loader_refuses_a_wrong_dtype(packed_file, tmp_path):
     with np.load(packed_file) as f:
         signs, b = f["signs0"], f["b0"]
     bad = rewrite(packed_file, tmp_path / "dtype.npz", signs0=signs.astype(np.int64))
-    with pytest.raises(eb.PackedFormatError, match=r"dtype\.npz: array 'signs0' has dtype int64; the format "
+    with pytest.raises(ebf.PackedFormatError, match=r"dtype\.npz: array 'signs0' has dtype int64; the format "
                                                     r"stores uint64"):
-        eb.load_packed(bad)
+        ebf.load_packed(bad)
     bad = rewrite(packed_file, tmp_path / "bias.npz", b0=b.astype(np.float32))
-    with pytest.raises(eb.PackedFormatError, match=r"bias\.npz: array 'b0' has dtype float32"):
-        eb.load_packed(bad)
+    with pytest.raises(ebf.PackedFormatError, match=r"bias\.npz: array 'b0' has dtype float32"):
+        ebf.load_packed(bad)
 
 
 def test_loader_refuses_bits_in_the_padding_and_missing_arrays(packed_file, tmp_path):
     with np.load(packed_file) as f:
         signs = f["signs1"].copy()
     signs[0, 0] |= np.uint64(1) << np.uint64(40)  # K = 30: bit 40 is padding
-    with pytest.raises(eb.PackedFormatError, match=r"padding\.npz: layer 2 has bits set in the padding"):
-        eb.load_packed(rewrite(packed_file, tmp_path / "padding.npz", signs1=signs))
-    with pytest.raises(eb.PackedFormatError, match=r"missing\.npz: array 'b1' is missing"):
-        eb.load_packed(rewrite(packed_file, tmp_path / "missing.npz", b1=None))
+    with pytest.raises(ebf.PackedFormatError, match=r"padding\.npz: layer 2 has bits set in the padding"):
+        ebf.load_packed(rewrite(packed_file, tmp_path / "padding.npz", signs1=signs))
+    with pytest.raises(ebf.PackedFormatError, match=r"missing\.npz: array 'b1' is missing"):
+        ebf.load_packed(rewrite(packed_file, tmp_path / "missing.npz", b1=None))
 
 
 def test_real_weight_networks_are_refused(tmp_path):
@@ -434,17 +436,17 @@ def test_real_weight_networks_are_refused(tmp_path):
         eb.export_network(real)
     checkpoint = tmp_path / "real.npz"
     ebp.save_network(checkpoint, real)
-    with pytest.raises(eb.PackedFormatError, match=r"real\.npz: is an ebp_lib network checkpoint \(real weights.*"
+    with pytest.raises(ebf.PackedFormatError, match=r"real\.npz: is an ebp_lib network checkpoint \(real weights.*"
                                                     r"A real-weight network cannot be packed"):
-        eb.load_packed(checkpoint)
+        ebf.load_packed(checkpoint)
 
 
 def test_loader_refuses_a_truncated_file(packed_file, tmp_path):
     content = packed_file.read_bytes()
     truncated = tmp_path / "truncated.npz"
     truncated.write_bytes(content[:len(content) // 2])
-    with pytest.raises(eb.PackedFormatError, match=r"truncated\.npz: cannot be read as an \.npz archive.*truncated"):
-        eb.load_packed(truncated)
+    with pytest.raises(ebf.PackedFormatError, match=r"truncated\.npz: cannot be read as an \.npz archive.*truncated"):
+        ebf.load_packed(truncated)
 
 
 def test_inputs_of_the_wrong_width_are_refused(small_binary_net):

@@ -435,7 +435,7 @@ def test_importing_the_readable_modules_does_not_import_numba():
 
 
 ENGINE_MODULES = ("ebp_data", "ebp_checkpoint", "ebp_lib", "ebp_fast", "ebp_checks", "ebp_analysis", "ebp_binary",
-                  "ebp_binary_kernels")
+                  "ebp_binary_kernels", "ebp_binary_format")
 
 
 def test_the_engine_modules_import_one_another_without_a_cycle():
@@ -457,7 +457,7 @@ def test_the_engine_modules_import_one_another_without_a_cycle():
         graph[name] = imported & set(ENGINE_MODULES)
     assert graph["ebp_fast"] == graph["ebp_binary_kernels"] == graph["ebp_data"] == graph["ebp_checkpoint"] == set()
     order = list(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError naming a cycle
-    assert order.index("ebp_fast") < order.index("ebp_lib") < order.index("ebp_binary")
+    assert order.index("ebp_fast") < order.index("ebp_lib") < order.index("ebp_binary") < order.index("ebp_binary_format")
 
 
 def test_the_maths_tables_name_code_that_exists():
