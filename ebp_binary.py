@@ -43,6 +43,7 @@ engine against ebp_lib.output_ebp_d and each other; scripts/binary_inference.py 
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -474,15 +475,30 @@ def layer_methods(packed: PackedNetwork, batch: int) -> list[str]:
     return ["blas" if start is not None and batch >= start else "packed" for start in plan["blas_from_batch"]]
 
 
+def crossover_batch(batch_sizes, blas_wins) -> int | None:
+    """The batch size from which float32 BLAS takes a layer, from the measured `batch_sizes` (ascending) and whether
+    BLAS won at each: None if it lost at the largest; else the run of BLAS wins that reaches the largest size starts
+    at some measured size, and the crossover lies between it and the size before, unmeasured: it is placed at their
+    geometric mean (rounded up), so that a batch between the two takes the method measured at the nearer size on a
+    log scale (e.g. 1,000 between 512 and 1,024 takes 1,024's)."""
+    first = None
+    for i in range(len(batch_sizes) - 1, -1, -1):
+        if not blas_wins[i]:
+            break
+        first = i
+    if first is None or first == 0:
+        return None if first is None else batch_sizes[0]
+    return math.ceil(math.sqrt(batch_sizes[first - 1] * batch_sizes[first]))
+
+
 def calibrate(packed: PackedNetwork, x=None, batch_sizes=CALIBRATION_BATCHES, repeats: int = 3, seed: int = 0
               ) -> dict:
     """Measure, for every layer, the packed kernel and the float32 BLAS product at each of `batch_sizes` (best of
     `repeats`, CPU time of this process, with the threads the caller allows) on inputs of the layer's kind: images
     from `x` (repeated as needed; standard normal pixels if None) for the first layer, whose near-ties depend on
-    the data, random ±1 bits for the others. Stores the result as packed.plan: blas_from_batch[k] = the smallest
-    measured batch size from which BLAS was faster at that size and at every larger one measured (None: the packed
-    kernel at every size). The plan changes speed only, never a result. Returns the plan, with the timings
-    (seconds per image) under "measured"."""
+    the data, random ±1 bits for the others. Stores the result as packed.plan: blas_from_batch[k] from
+    crossover_batch (None: the packed kernel at every size). The plan changes speed only, never a result. Returns
+    the plan, with the timings (seconds per image) under "measured"."""
     rng = np.random.default_rng(seed)
     crossover, measured = [], []
     for k, layer in enumerate(packed.layers):
@@ -504,13 +520,7 @@ def calibrate(packed: PackedNetwork, x=None, batch_sizes=CALIBRATION_BATCHES, re
                     seconds.append(time.process_time() - start)
                 row[method] = min(seconds) / batch
             times[batch] = row
-        blas_wins = [times[batch]["blas"] < times[batch]["packed"] for batch in batch_sizes]
-        start = None
-        for i in range(len(batch_sizes) - 1, -1, -1):  # the longest run of BLAS wins up to the largest size
-            if not blas_wins[i]:
-                break
-            start = batch_sizes[i]
-        crossover.append(start)
+        crossover.append(crossover_batch(batch_sizes, [times[b]["blas"] < times[b]["packed"] for b in batch_sizes]))
         measured.append({str(batch): row for batch, row in times.items()})
     packed.plan = {"blas_from_batch": crossover, "source": "measured by ebp_binary.calibrate",
                    "batch_sizes": list(batch_sizes)}

@@ -142,6 +142,16 @@ def test_a_version_1_file_with_full_width_mask_planes_is_still_read(data, tmp_pa
 # Engine "auto": the stated rule, the measured calibration stored with the model
 # ----------------------------------------------------------------------------------------------------------
 
+def test_the_crossover_lies_between_the_last_packed_win_and_the_first_blas_win():
+    sizes = (1, 32, 512, 1024)
+    assert eb.crossover_batch(sizes, [False, False, False, False]) is None
+    assert eb.crossover_batch(sizes, [True, True, True, True]) == 1
+    assert eb.crossover_batch(sizes, [False, False, False, True]) == 724  # sqrt(512 * 1024) = 724.08, rounded up
+    assert eb.crossover_batch(sizes, [False, True, False, True]) == 724  # only the run that reaches the largest
+    assert eb.crossover_batch(sizes, [False, True, True, True]) == 6  # sqrt(32) = 5.66
+    assert eb.crossover_batch(sizes, [True, True, True, False]) is None
+
+
 def test_the_stated_rule_and_a_calibrated_plan_choose_per_layer_and_the_plan_is_saved(data, tmp_path):
     packed = eb.export_network(train([30, 30, 10], None, data))
     assert packed.plan is None
