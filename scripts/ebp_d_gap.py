@@ -258,7 +258,7 @@ def readme(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-TEXT_HEAD = """# EBP-D against EBP-P in two-hidden-layer nets (issue 14 item 5)
+TEXT_HEAD = """# EBP-D against EBP-P in two-hidden-layer nets
 
 **Question.** In our paper-protocol runs EBP-D falls much further behind EBP-P in the nets with two hidden layers
 than in the paper: R-EBP-D − R-EBP-P is 0.49-0.96 points for [200,200] ... [800,800] (paper 0.19-0.47), and
@@ -609,7 +609,7 @@ def main(argv=None) -> int:
                 f"(seeds 0, 1, 2; initial scale 1, i.e. variance 1/K, the reference, and 100; and seed 0 with a std "
                 f"floor of 25.5), binary [784, 800, 800, 10] for {epochs.get('binary')} epochs (seed 0, initial "
                 "scale 1); test error on the 10,000 test images")
-    result = {"question": "issue 14 item 5: why EBP-D trails EBP-P further in two-hidden-layer nets than in the paper",
+    result = {"question": "why EBP-D trails EBP-P further in two-hidden-layer nets than in the paper",
               "protocol": {"protocol": protocol, "epochs_real": epochs.get("real"),
                            "epochs_binary": epochs.get("binary"), "n_samples": N_SAMPLES},
               "parameters": {"groups": [dict(zip(("weights", "architecture", "init_scale", "epochs", "std_floor",

@@ -1,4 +1,4 @@
-"""The readings of ebp_analysis that take EBP-D apart (issue 14 item 5, scripts/ebp_d_gap.py): each against a
+"""The readings of ebp_analysis that take EBP-D apart (scripts/ebp_d_gap.py): each against a
 hand computation, an exact identity of the maths, or a network built so the answer is known."""
 import numpy as np
 import pytest
