@@ -480,7 +480,7 @@ def crossover_batch(batch_sizes, blas_wins) -> int | None:
     BLAS won at each: None if it lost at the largest; else the run of BLAS wins that reaches the largest size starts
     at some measured size, and the crossover lies between it and the size before, unmeasured: it is placed at their
     geometric mean (rounded up), so that a batch between the two takes the method measured at the nearer size on a
-    log scale (e.g. 1,000 between 512 and 1,024 takes 1,024's)."""
+    log scale (e.g. 1,000 between 512 and 1,024 takes 1,024's: the crossover is 725)."""
     first = None
     for i in range(len(batch_sizes) - 1, -1, -1):
         if not blas_wins[i]:

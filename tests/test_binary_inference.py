@@ -146,8 +146,8 @@ def test_the_crossover_lies_between_the_last_packed_win_and_the_first_blas_win()
     sizes = (1, 32, 512, 1024)
     assert eb.crossover_batch(sizes, [False, False, False, False]) is None
     assert eb.crossover_batch(sizes, [True, True, True, True]) == 1
-    assert eb.crossover_batch(sizes, [False, False, False, True]) == 724  # sqrt(512 * 1024) = 724.08, rounded up
-    assert eb.crossover_batch(sizes, [False, True, False, True]) == 724  # only the run that reaches the largest
+    assert eb.crossover_batch(sizes, [False, False, False, True]) == 725  # sqrt(512 * 1024) = 724.08, rounded up
+    assert eb.crossover_batch(sizes, [False, True, False, True]) == 725  # only the run that reaches the largest
     assert eb.crossover_batch(sizes, [False, True, True, True]) == 6  # sqrt(32) = 5.66
     assert eb.crossover_batch(sizes, [True, True, True, False]) is None
 
