@@ -386,6 +386,9 @@ def upgrade_files(paths, problems, echo=print) -> list[Path]:
     checking the upgraded record (`problems`: a record's consistency check, as for write_record); the files
     already current are left as they are. Returns the rewritten paths."""
     rewritten = []
+    missing = [str(path) for path in map(Path, paths) if not path.is_file()]
+    if missing:
+        raise RecordError("no such result file (nothing rewritten): " + ", ".join(missing))
     for path in map(Path, paths):
         data = json.loads(path.read_text())
         if isinstance(data, dict) and data.get("format") == RECORD_FORMAT:

@@ -534,7 +534,10 @@ def render_dataset_table(table: int, rows: list[dict], cells_by_dataset: dict, p
 if __name__ == "__main__":
     import sys
 
-    if len(sys.argv) < 3 or sys.argv[1] != "upgrade":
+    if len(sys.argv) < 3 or sys.argv[1] != "upgrade" or any(arg.startswith("-") for arg in sys.argv[2:]):
         sys.exit("usage: python -m reproduction.results upgrade RESULT_JSON...  (rewrites run records of older "
                  "formats as the current one, reproduction.records.RECORD_FORMAT)")
-    upgrade_files(sys.argv[2:], record_problems)
+    try:
+        upgrade_files(sys.argv[2:], record_problems)
+    except RecordError as error:
+        sys.exit(f"error: {error}")

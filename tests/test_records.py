@@ -116,6 +116,17 @@ def test_an_older_format_record_is_read_as_the_current_one_and_upgraded_once(tmp
     assert [line for line in before if line not in after] == [f' "format": {old_format},']
 
 
+def test_upgrade_names_a_missing_file_and_rewrites_nothing(tmp_path):
+    current = _record(tmp_path)
+    old = {**current, "format": 2, "parameters": {k: v for k, v in current["parameters"].items() if k != "real_update"}}
+    path = tmp_path / "result.json"
+    records.write_json(path, old)
+    before = path.read_bytes()
+    with pytest.raises(records.RecordError, match="no such result file.*missing.json"):
+        records.upgrade_files([path, tmp_path / "missing.json"], ebp_record_problems, echo=lambda *_: None)
+    assert path.read_bytes() == before
+
+
 def test_a_backprop_record_of_format_2_reads_as_format_3_unchanged_otherwise():
     old = {"format": 2, "method": "backprop", "parameters": {"hidden": [800]}}
     assert records.upgrade_record(old) == {**old, "format": 3}
