@@ -350,13 +350,22 @@ def calibration_over_epochs(net: Network, x: np.ndarray, y: np.ndarray, x_test: 
     for epoch in range(max(record_at)):
         train_steps(net, x, y, rng.permutation(len(x)), batch_size, rng, engine, epoch)
         if epoch + 1 in wanted:
-            fwd = forward(net, x_test)
-            p = np.exp(class_log_probabilities(fwd.mu[-1], fwd.sigma2[-1]))
-            right = p.argmax(axis=1) == labels_test
-            r = reliability(p.max(axis=1), right)
-            out.append({"epoch": epoch + 1, "error": float(np.mean(~right)), "ece": r["ece"],
-                        "gap": calibration_gap(r), "confidence": float(p.max(axis=1).mean())})
+            out.append({"epoch": epoch + 1, **top_class_calibration(net, x_test, labels_test)})
     return out
+
+
+def top_class_calibration(net: Network, x: np.ndarray, labels: np.ndarray) -> dict:
+    """EBP-P's per-class calibration on (x, labels) (notebooks 04 and 06): the top label's class probability p_c
+    (class_log_probabilities) against whether that label is right.
+
+    Returns {"error", "ece", "gap" (calibration_gap), "confidence" (mean top p_c)}.
+    """
+    fwd = forward(net, x)
+    p = np.exp(class_log_probabilities(fwd.mu[-1], fwd.sigma2[-1]))
+    right = p.argmax(axis=1) == labels
+    r = reliability(p.max(axis=1), right)
+    return {"error": float(np.mean(~right)), "ece": r["ece"], "gap": calibration_gap(r),
+            "confidence": float(p.max(axis=1).mean())}
 
 
 def benchmark_machine(record: dict) -> dict:
