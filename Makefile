@@ -38,7 +38,7 @@ RESULTS := $(PROFILE)$(if $(filter-out mnist,$(DATASET)),-$(DATASET))
 RUNS_DIR ?= outputs/runs
 RUNS_PATH := $(abspath $(RUNS_DIR))
 
-.PHONY: reproduce lab demo benchmark binary-benchmark backprop test test-portability venv clean-venv
+.PHONY: reproduce lab demo benchmark binary-benchmark backprop test test-portability time-notebooks venv clean-venv
 
 reproduce: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) --dataset $(DATASET) \
@@ -92,6 +92,12 @@ lint: $(STAMP)
 # one after another (about 4x the time of `make test`); PORTABILITY_OUT=outputs/portability.json records it.
 PORTABILITY_OUT ?= .cache/portability.json
 
+# Every numbered notebook as CI runs it (strict nbval, one BLAS thread), each with a cold numba cache; refuses a
+# loaded machine unless NOTEBOOK_TIMES_ARGS=--allow-loaded.
+NOTEBOOK_TIMES_OUT ?= .cache/notebook_times.json
+time-notebooks: $(STAMP)
+	$(PYTHON) scripts/time_notebooks.py --out $(NOTEBOOK_TIMES_OUT) $(NOTEBOOK_TIMES_ARGS)
+
 test-portability: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/portability.py --output $(PORTABILITY_OUT) -- $(PYTEST_ARGS)
 
@@ -130,6 +136,7 @@ make TARGET, where TARGET is one of (all but help and clean-venv first set up .v
   backprop          the backprop baseline (tanh MLPs, fair protocol), every configuration, skipping finished runs
   binary-benchmark  the bit-packed binary network against the float32 one (writes .cache/binary_inference.json)
   test-portability  the whole test suite under other OpenBLAS / numba / numpy kernels
+  time-notebooks    each numbered notebook under strict nbval with a cold numba cache (writes .cache/notebook_times.json)
   lint              ruff over the code, tests and notebooks (the rules are in pyproject.toml; make test runs it)
   venv              create or update .venv only
   clean-venv        delete .venv
