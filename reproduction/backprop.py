@@ -42,6 +42,7 @@ import numpy as np
 import ebp_data
 from reproduction import backprop_mlp as mlp
 from reproduction import records
+from reproduction.records import code_state
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "backprop"
@@ -78,10 +79,6 @@ CONFIGS = {
        for a in ("200", "400", "600", "1000", "200-200", "400-400", "600-600", "800-800")},
 }
 PAPER_CONFIGS = ("tanh-800", "tanh-500-l2")
-
-
-class DirtyTreeError(RuntimeError):
-    """The code to run differs from its commit, so a result could not say which code produced it."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -319,16 +316,6 @@ def read_result(folder) -> dict | None:
         return records.read_record(Path(folder) / RESULT_FILE)
     except (FileNotFoundError, records.RecordError):
         return None
-
-
-def code_state(allow_dirty: bool) -> dict:
-    """The commit of the code this process runs; refuses (DirtyTreeError) when tracked code differs from it,
-    unless allow_dirty, which the record then carries."""
-    state = records.git_state()
-    if state.get("git_dirty") and not allow_dirty:
-        raise DirtyTreeError(f"the code differs from commit {state['git_commit']} ({', '.join(state['git_changed'])})"
-                             "; commit it first, or pass --allow-dirty for a development run (recorded as such)")
-    return {**state, "allowed_dirty": bool(allow_dirty and state.get("git_dirty"))}
 
 
 def differences(a: dict, b: dict) -> str:

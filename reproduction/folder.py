@@ -38,12 +38,13 @@ from reproduction.parameters import (
     validate_parameters,
 )
 from reproduction.records import (
+    ALLOW_DIRTY_VAR,
     HISTORY_ERRORS,
     RECORD_FORMAT,
     REPO,
     RecordError,
+    code_state,
     cpu_model,
-    git_state,
     package_versions,
     read_record,
     record_problems,
@@ -189,9 +190,13 @@ class EpochRecorder:
         self.start_epoch, self.started = len(self.history), time.time()
         previous = read_result(self.path) if self.start_epoch else None  # only a resumed run continues it
         self.sessions = list(previous["sessions"]) if previous else []
+        # A run of the paper's protocol, or a longer one, is quoted: refuse (DirtyTreeError) to start it from code
+        # that differs from its commit, unless $EBP_ALLOW_DIRTY is 1; the session then lists the changed files.
+        allow = protocol_relative_to_paper(params) == "shortened" or os.environ.get(ALLOW_DIRTY_VAR) == "1"
+        code = {k: v for k, v in code_state(allow).items() if k != "allowed_dirty"}
         self.session = {"started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                         "host": socket.gethostname(), "cpu": cpu_model(), "from_epoch": self.start_epoch,
-                        **git_state(), "versions": package_versions()}
+                        **code, "versions": package_versions()}
 
     def __call__(self, record: dict) -> None:
         self.history.append(record)

@@ -68,6 +68,30 @@ def git_state(root=REPO, paths=(".", ":(exclude)outputs")) -> dict:
     return {"git_commit": head.stdout.strip(), "git_dirty": bool(changed), "git_changed": changed[:20]}
 
 
+# The files whose state decides what a run computes: the modules and scripts, the experiment notebook and the pinned
+# environment. Docs, teaching notebooks, tests and outputs/ may differ from the commit without changing a result.
+RUN_CODE_PATHS = (":(glob)**/*.py", ":(exclude)tests", ":(exclude)outputs", "notebooks/experiment.ipynb",
+                  "pyproject.toml", "requirements.txt")
+
+# Set to 1 (run_tables.py --allow-dirty does) to let a run of the paper's or a longer protocol start from code that
+# differs from its commit; the record's git_dirty and git_changed then say so.
+ALLOW_DIRTY_VAR = "EBP_ALLOW_DIRTY"
+
+
+class DirtyTreeError(RuntimeError):
+    """The code to run differs from its commit, so a result could not say which code produced it."""
+
+
+def code_state(allow_dirty: bool, root=REPO) -> dict:
+    """git_state of the code a run executes (RUN_CODE_PATHS); refuses (DirtyTreeError, naming the changed files)
+    when it differs from its commit, unless allow_dirty, which the returned state then carries."""
+    state = git_state(root, RUN_CODE_PATHS)
+    if state.get("git_dirty") and not allow_dirty:
+        raise DirtyTreeError(f"the code differs from commit {state['git_commit']} ({', '.join(state['git_changed'])})"
+                             "; commit it first, or pass --allow-dirty for a development run (recorded as such)")
+    return {**state, "allowed_dirty": bool(allow_dirty and state.get("git_dirty"))}
+
+
 def machine_record(packages=("numpy", "scipy", "numba"), git_paths=(".", ":(exclude)outputs")) -> dict:
     """Where and with what something ran: CPU model and cores, platform, Python and `packages` versions, the BLAS
     libraries loaded (threadpoolctl), the UTC date, and the git state of `git_paths` (git_state)."""

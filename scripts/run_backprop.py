@@ -20,6 +20,7 @@ import argparse
 import sys
 
 from reproduction import backprop as bp
+from reproduction import records
 
 OVERRIDES = ("batch_size", "learning_rate_grid", "preprocessing_grid", "grid_epochs", "max_epochs", "patience",
              "stop_patience", "n_validation", "n_train")
@@ -88,8 +89,8 @@ def main(argv=None) -> int:
     from threadpoolctl import threadpool_limits
 
     try:
-        bp.code_state(args.allow_dirty)
-    except bp.DirtyTreeError as err:
+        records.code_state(args.allow_dirty)
+    except records.DirtyTreeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     failed = 0

@@ -120,6 +120,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "task (vmap over the runs, reproduction/group.py), each run exactly as it trains alone; "
                              "each run's folder, checkpoint, result.json and resume are those of a run alone (on a "
                              "CPU, JAX spreads one group over every core: --jobs 1 avoids two groups competing)")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="let runs of the paper's or a longer protocol start from code (modules, scripts, the "
+                             "experiment notebook, the pinned environment) that differs from its commit; refused "
+                             "otherwise, since their results are quoted. Each record's git_dirty and git_changed "
+                             "say so")
     parser.add_argument("--list", action="store_true",
                         help="list the selected runs, their state and epochs done; run nothing")
     args = parser.parse_args(argv)
@@ -177,6 +182,15 @@ def main(argv=None) -> int:
         list_jobs(jobs)
         return 0
     profile = parameters.PROFILES[args.profile]
+    quoted = parameters.protocol_relative_to_paper(profile) != "shortened"
+    try:
+        records.code_state(allow_dirty=args.allow_dirty or not quoted)
+    except records.DirtyTreeError as err:
+        print(f"error: profile {args.profile}: {err}", file=sys.stderr)
+        return 2
+    if args.allow_dirty:
+        for job in jobs:
+            job["env"][records.ALLOW_DIRTY_VAR] = "1"
     n_train = profile["n_train"] or parameters.FULL_TRAIN
     print(f"profile {args.profile}: {profile['epochs']} epochs, {n_train:,} training images of {args.dataset}; "
           f"seeds {', '.join(map(str, args.seed))}; dropout reading "

@@ -157,10 +157,10 @@ def test_a_folder_of_another_run_is_refused_and_left_alone(small_run):
 def test_dirty_code_is_refused_unless_allowed(monkeypatch, tmp_path):
     monkeypatch.setattr(bp.records, "git_state", lambda *a, **k: {"git_commit": "abc", "git_dirty": True,
                                                                     "git_changed": ["ebp_lib.py"]})
-    with pytest.raises(bp.DirtyTreeError, match="ebp_lib.py.*--allow-dirty"):
+    with pytest.raises(bp.records.DirtyTreeError, match="ebp_lib.py.*--allow-dirty"):
         bp.run(bp.make_parameters("mnist", "tanh-200", **SMALL), tmp_path / "x")
     assert not (tmp_path / "x").exists()
-    assert bp.code_state(allow_dirty=True)["allowed_dirty"] is True
+    assert bp.records.code_state(allow_dirty=True)["allowed_dirty"] is True
 
 
 def test_comparison_pools_seeds_and_only_fair_finished_runs():

@@ -196,3 +196,70 @@ def test_every_committed_result_is_a_consistent_record_that_agrees_with_its_note
         loaded = results.load_results(runs_dir, committed_only=True)
         assert loaded and loaded.rejected == {}, loaded.rejected
         assert {r["format"] for r in loaded} == {records.RECORD_FORMAT}
+
+
+def test_only_the_code_a_run_executes_makes_the_tree_dirty(tmp_path):
+    """RUN_CODE_PATHS: a changed module, script or experiment notebook is dirty code; a changed README, teaching
+    notebook, test or output is not."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    files = ["ebp_lib.py", "scripts/run.py", "notebooks/experiment.ipynb", "notebooks/01_x.ipynb", "README.md",
+             "tests/test_x.py", "outputs/runs/r/result.json"]
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("0\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    for name in files:
+        (tmp_path / name).write_text("1\n")
+        state = records.git_state(tmp_path, records.RUN_CODE_PATHS)
+        assert state["git_dirty"] is (name in files[:3]), (name, state)
+        (tmp_path / name).write_text("0\n")
+
+
+def test_code_state_refuses_dirty_code_naming_the_files_unless_allowed(monkeypatch):
+    monkeypatch.setattr(records, "git_state", lambda *a, **k: {"git_commit": "abc", "git_dirty": True,
+                                                              "git_changed": ["ebp_fast.py"]})
+    with pytest.raises(records.DirtyTreeError, match="commit abc.*ebp_fast.py.*--allow-dirty"):
+        records.code_state(allow_dirty=False)
+    assert records.code_state(allow_dirty=True)["allowed_dirty"] is True
+
+
+def _dirty(monkeypatch):
+    monkeypatch.setattr(records, "git_state", lambda *a, **k: {"git_commit": "abc", "git_dirty": True,
+                                                              "git_changed": ["ebp_lib.py"]})
+
+
+def test_a_run_of_the_paper_protocol_does_not_start_from_dirty_code_unless_allowed(monkeypatch, tmp_path):
+    from reproduction import folder, parameters
+
+    _dirty(monkeypatch)
+    monkeypatch.delenv(records.ALLOW_DIRTY_VAR, raising=False)
+    paper = parameters.validate_parameters({**parameters.DEFAULT_PARAMETERS, "n_train": None, "epochs": 120})
+    shortened = {**paper, "n_train": 1000, "epochs": 2}
+    with pytest.raises(records.DirtyTreeError, match="ebp_lib.py"):
+        folder.EpochRecorder(tmp_path, paper, tmp_path / "checkpoint.npz", echo=lambda *_: None)
+    assert folder.EpochRecorder(tmp_path, shortened, tmp_path / "c.npz").session["git_changed"] == ["ebp_lib.py"]
+    monkeypatch.setenv(records.ALLOW_DIRTY_VAR, "1")
+    assert folder.EpochRecorder(tmp_path, paper, tmp_path / "c.npz").session["git_dirty"] is True
+
+
+def test_run_tables_refuses_a_quoted_profile_from_dirty_code_and_passes_the_flag_to_every_job(monkeypatch, capsys,
+                                                                                             tmp_path):
+    script = load_script("run_tables")
+    _dirty(monkeypatch)
+    batches = []
+    monkeypatch.setattr(script.runner, "run_batch", lambda jobs, *a, **k: batches.append(jobs) or {})
+    monkeypatch.setattr(script.runner, "summary", lambda *a: "")
+    monkeypatch.setattr(script.runner, "exit_status", lambda *a: 0)
+    base = ["binary-200", "--runs-dir", str(tmp_path), "--data-dir", str(tmp_path)]
+    assert script.main(base + ["--profile", "paper"]) == 2
+    assert "profile paper" in capsys.readouterr().err and batches == []
+    assert script.main(base + ["--profile", "paper", "--allow-dirty"]) == 0
+    assert all(job["env"][records.ALLOW_DIRTY_VAR] == "1" for job in batches[-1])
+    assert script.main(base + ["--profile", "quick"]) == 0
+    assert all(records.ALLOW_DIRTY_VAR not in job["env"] for job in batches[-1])
