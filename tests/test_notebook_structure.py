@@ -29,6 +29,7 @@ def test_the_series_is_numbered_without_gaps():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_a_numbered_notebook_has_parameters_a_figure_a_summary_and_a_solution_per_exercise(path):
     cells = _cells(path)
+    assert all("id" in c for c in cells), "a cell without an id (nbformat 4.5 requires one; nbformat.validator.normalize)"
     tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1 and tagged[0]["cell_type"] == "code", "exactly one code cell tagged `parameters`"
     assert any("image/png" in o.get("data", {}) for c in cells if c["cell_type"] == "code" for o in c["outputs"]), \
