@@ -74,8 +74,10 @@ def structure(net: ebp_lib.Network, dtype=None) -> Structure:
 
 
 def parameters(net: ebp_lib.Network, dtype=None) -> list[tuple[jax.Array, jax.Array]]:
-    """[(h, b) per layer] of an ebp_lib network as JAX arrays."""
-    return [(jnp.asarray(layer.h, dtype), jnp.asarray(layer.b, dtype)) for layer in net.layers]
+    """[(h, b) per layer] of an ebp_lib network as JAX arrays of their own. Why copies: JAX reads a NumPy array
+    after this returns (the transfer is asynchronous), so an update of the network in place (ebp_lib's steps) could
+    otherwise reach the JAX array."""
+    return [(jnp.asarray(np.array(layer.h, dtype)), jnp.asarray(np.array(layer.b, dtype))) for layer in net.layers]
 
 
 def _per_run(constant, like):
