@@ -72,9 +72,10 @@ PARTS = {
 # the used input columns); `mask` confines the update, `second_mask` the sum Σ mask⟨v²⟩ (empty for dense layers,
 # and for masked weights that are held at h = 0 rather than absent: they keep ⟨W²⟩ = 1); binary is the weight
 # type, dropout its code above, keep the dropout keep probability p; through_updated and extra_variance are the two
-# parts of the authors' real-weight update (ebp_lib.REAL_UPDATES), both False for the spec's.
+# parts of the authors' real-weight update, lagged the authors' binary update of 2015 (⟨W⟩ one step stale)
+# (ebp_lib.UPDATES), all False for the spec's.
 FastNet = namedtuple("FastNet", "h w_mean b mask second_mask normaliser inv_sqrt_normaliser binary dropout keep "
-                                "through_updated extra_variance")
+                                "through_updated extra_variance lagged")
 # One layer's inputs for one step, (batch, K) each: ν, ⟨v²⟩, m2_factor (the factor of ⟨W⟩² in σ²·N), the dropout
 # mask.
 Inputs = namedtuple("Inputs", "nu v2 m2_factor kept")
@@ -176,7 +177,7 @@ def _refresh_row(h_row, out):
 
 @numba.njit(**_JIT)
 def _layer_pass(h, w_mean, mask, second_mask, store_w_mean, binary, scaled_delta, nu, next_inputs, use_m2_terms,
-                moments):
+                moments, lagged=False):
     """One pass over a layer's weights: this step's update fused with the next step's products.
 
         h_ij += Σ_s scaled_delta_si ν_sj (× mask_ij),   ⟨W⟩_ij = tanh h_ij (binary) or h_ij (real),
@@ -187,7 +188,8 @@ def _layer_pass(h, w_mean, mask, second_mask, store_w_mean, binary, scaled_delta
     with 0 rows: update only; use_m2_terms False: no m2_terms (real weights on the image without dropout, where
     m2_factor is 0). Rows go in pairs (i, k): a pair is updated, refreshed and multiplied while it sits in L1
     cache, and each load of ν' serves four multiply-adds, two samples (s, t) at a time; ⟨W⟩ is stored in
-    w_mean only if store_w_mean.
+    w_mean only if store_w_mean. `lagged` (binary weights, the authors' code of 2015, ebp_lib.lagged_step):
+    ⟨W⟩ is refreshed from h before this step's update, so the next step's products see it one step stale.
     """
     nu_next, m2_next, v2_next = next_inputs.nu, next_inputs.m2_factor, next_inputs.v2
     mu, m2_terms, second = moments.mu, moments.m2_terms, moments.second
@@ -195,7 +197,7 @@ def _layer_pass(h, w_mean, mask, second_mask, store_w_mean, binary, scaled_delta
     batch, batch_next = scaled_delta.shape[0], nu_next.shape[0]
     masked, masked_second = mask.shape[0] > 0, second_mask.shape[0] > 0
     use_m2_terms = use_m2_terms and batch_next > 0
-    if batch <= 1 and batch_next <= 1 and not masked:
+    if batch <= 1 and batch_next <= 1 and not masked and not lagged:
         _online_pass(h, w_mean, store_w_mean, binary, scaled_delta, nu, nu_next, m2_next, use_m2_terms, mu, m2_terms)
         return
     pair = np.empty((2, width), np.float32)  # ⟨W⟩ of the pair of rows where it is not stored
@@ -203,9 +205,11 @@ def _layer_pass(h, w_mean, mask, second_mask, store_w_mean, binary, scaled_delta
         k = min(i + 1, units - 1)  # the second row (i itself for a last odd row: its products are computed twice)
         for r in range(k - i + 1):
             row = i + r
+            if binary and lagged:
+                _refresh_row(h[row], w_mean[row] if store_w_mean else pair[r])
             if batch > 0:  # (h[row] stands in for the mask row where there is none: it is not read)
                 _update_row(h[row], scaled_delta, row, nu, mask[row] if masked else h[row], masked)
-            if binary:
+            if binary and not lagged:
                 _refresh_row(h[row], w_mean[row] if store_w_mean else pair[r])
         # ⟨W⟩ of the two rows: h itself for real weights
         row_i = h[i] if not binary else (w_mean[i] if store_w_mean else pair[0])
@@ -496,7 +500,7 @@ def _train_steps(x, y, order, columns, batch_size, net, rng):
             # m2_terms = Σ ⟨W⟩²·m2_factor is 0 only for real weights on the image without dropout (ν² − ⟨v²⟩ = 0)
             use_m2_terms = net.binary or net.dropout != NO_DROPOUT or l > 0
             _layer_pass(net.h[l], net.w_mean[l], net.mask[l], net.second_mask[l], net.binary and l > 0, net.binary,
-                        scaled_delta, nu, _first_rows(inputs[kn], batch_next), use_m2_terms, moments[l])
+                        scaled_delta, nu, _first_rows(inputs[kn], batch_next), use_m2_terms, moments[l], net.lagged)
             if batch_next:
                 extra = np.float32(1) if net.extra_variance and l > 0 else np.float32(0)
                 _finish_layer(moments[l], net.b[l], net.normaliser[l], net.inv_sqrt_normaliser[l], inputs[kn].v2,
@@ -570,7 +574,7 @@ def working_copy(net, columns) -> FastNet:
         normaliser=List([layer.normaliser.astype(FAST_DTYPE) for layer in net.layers]),
         inv_sqrt_normaliser=List([(1.0 / np.sqrt(layer.normaliser)).astype(FAST_DTYPE) for layer in net.layers]),
         binary=net.weights == "binary", dropout=DROPOUT_CODES[net.dropout], keep=float(net.keep),
-        through_updated=through_updated, extra_variance=extra_variance)
+        through_updated=through_updated, extra_variance=extra_variance, lagged=net.lagged_mean)
 
 
 

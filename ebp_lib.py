@@ -43,12 +43,31 @@ DROPOUT_KINDS = (None, "analytic", "sampled")
 # exist: N counts the connected inputs) or "held" (the paper's full matrix with those elements kept at h = 0:
 # mean 0 but variance 1, so they add to σ², and N counts every input).
 MASK_READINGS = ("absent", "held")
-# The real-weight update as the spec writes it ("spec", the default), or as the authors' Real_EBP_minibatch.m
-# computes it (docs/maths.md §The authors' real-weight code), with its two differences together ("authors") or
-# one at a time: (Δ back-propagated through this step's updated ⟨W⟩, σ² of every layer after the first + 1/N).
-# Binary weights have the spec's update only: the authors' binary code computes it exactly.
-REAL_UPDATES = {"spec": (False, False), "authors": (True, True), "authors-delta": (True, False),
-                "authors-variance": (False, True)}
+# The update as the spec writes it ("spec", the default), or as one of the authors' codes computed it. Real weights
+# (docs/maths.md §The authors' real-weight code): Real_EBP_minibatch.m with its two differences together
+# ("authors") or one at a time. Binary weights (docs/maths.md §The authors' binary code of 2015):
+# Binary_EBP_minibatch.m as it was when the paper was written, before its fix of 2015-09-15, whose forward and
+# backward passes used ⟨W⟩ one minibatch stale ("authors-2015"); since that fix it computes the spec's update.
+# name → (the weight type it applies to, None for both; Δ back-propagated through this step's updated ⟨W⟩;
+#         σ² of every layer after the first + 1/N; ⟨W⟩ = tanh h of the h before the previous step's update)
+UPDATES = {"spec": (None, False, False, False), "authors": ("real", True, True, False),
+           "authors-delta": ("real", True, False, False), "authors-variance": ("real", False, True, False),
+           "authors-2015": ("binary", False, False, True)}
+
+
+def update_applies(update: str, weights: str) -> bool:
+    """Whether the update `update` (a name of UPDATES) can train weights of type `weights`."""
+    return UPDATES[update][0] in (None, weights)
+
+
+def check_update(update, weights: str) -> None:
+    """ValueError unless `update` names an entry of UPDATES that applies to `weights`."""
+    if update not in UPDATES:
+        raise ValueError(f"unknown update {update!r}; choose one of {', '.join(UPDATES)}")
+    if not update_applies(update, weights):
+        usable = ", ".join(name for name in UPDATES if update_applies(name, weights))
+        raise ValueError(f"the update {update!r} is the authors' code for {UPDATES[update][0]} weights; {weights} "
+                         f"weights take one of {usable}")
 
 
 @dataclass
@@ -89,8 +108,13 @@ class Network:
 
     @property
     def real_update_parts(self) -> tuple[bool, bool]:
-        """(Δ through the updated ⟨W⟩, σ² + 1/N after the first layer): REAL_UPDATES of this network's update."""
-        return REAL_UPDATES[self.real_update]
+        """(Δ through the updated ⟨W⟩, σ² + 1/N after the first layer) of this network's update (UPDATES)."""
+        return UPDATES[self.real_update][1:3]
+
+    @property
+    def lagged_mean(self) -> bool:
+        """Whether a training step sees ⟨W⟩ = tanh h one step stale (UPDATES "authors-2015", lagged_steps)."""
+        return UPDATES[self.real_update][3]
 
 
 def weight_moments(layer: Layer, weights: str) -> tuple[np.ndarray, np.ndarray]:
@@ -150,8 +174,8 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
                  dtype=np.float64, mask_reading: str = "absent", real_update: str = "spec") -> Network:
     """A new network: h ~ Uniform with variance init_scale/K per unit (K: the connected inputs), b = 0
     (docs/maths.md §Posterior parametrisation). Masked-out weights are exactly 0 and stay 0; `mask_reading`
-    says whether they are absent or held at h = 0 (MASK_READINGS); `real_update` which real-weight update
-    trains it (REAL_UPDATES). The same seed gives the same network."""
+    says whether they are absent or held at h = 0 (MASK_READINGS); `real_update` which update trains it: the
+    spec's, or one of the authors' codes for this weight type (UPDATES). The same seed gives the same network."""
     if weights not in WEIGHT_TYPES:
         raise ValueError(f"unknown weight type {weights!r}; choose 'binary' or 'real'")
     if dropout not in DROPOUT_KINDS:
@@ -162,11 +186,7 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
         raise ValueError(f"init_scale={init_scale} must be positive")
     if mask_reading not in MASK_READINGS:
         raise ValueError(f"unknown mask reading {mask_reading!r}; choose 'absent' or 'held'")
-    if real_update not in REAL_UPDATES:
-        raise ValueError(f"unknown real-weight update {real_update!r}; choose one of {', '.join(REAL_UPDATES)}")
-    if real_update != "spec" and weights != "real":
-        raise ValueError(f"real_update={real_update!r} applies to real weights only: the authors' binary code "
-                         f"computes the spec's update, so binary weights take real_update='spec'")
+    check_update(real_update, weights)
     check_architecture(architecture, input_side)
     rng = np.random.default_rng(seed)
     layers, width, side = [], input_side ** 2, input_side
@@ -315,7 +335,7 @@ def backward(net: Network, fwd: Pass, y: np.ndarray, step: int | None = None) ->
 
         Δ_{l−1} = 2 N(0|μ_{l−1},σ²_{l−1}) Σ_j ⟨W_{j·,l}⟩ Δ_{j,l} / sqrt(N_{j,l})
 
-    (the authors' real-weight code, REAL_UPDATES "authors" and "authors-delta", updates layer l first and uses
+    (the authors' real-weight code, UPDATES "authors" and "authors-delta", updates layer l first and uses
     ⟨W_l⟩ + δh_l instead). Sampled dropout zeroes the Δ of dropped units. Raises FloatingPointError naming the
     layer (and `step`) if a Δ is not finite, before any update.
     """
@@ -481,9 +501,27 @@ def _reference_step(net: Network, x, y, rng, step) -> None:
 
 
 def _reference_steps(net: Network, x, y, order, batch_size, rng, step_name) -> None:
+    stale_h = [layer.h.copy() for layer in net.layers]  # (lagged_step) a call starts from h itself
     for k, start in enumerate(range(0, len(order), batch_size)):
         idx = order[start:start + batch_size]
-        train_step(net, x[idx], y[idx], rng, step=step_name(k), engine="reference")
+        if net.lagged_mean:
+            stale_h = lagged_step(net, stale_h, x[idx], y[idx], rng, step_name(k))
+        else:
+            train_step(net, x[idx], y[idx], rng, step=step_name(k), engine="reference")
+
+
+def lagged_step(net: Network, stale_h: list, x, y, rng, step) -> list:
+    """One step of the authors' binary code as the paper ran it (UPDATES "authors-2015"; Binary_EBP_minibatch.m
+    before its fix of 2015-09-15): the forward and backward passes read ⟨W⟩ = tanh of `stale_h`, the update goes
+    to the network's h and b. The MATLAB loop stored the updated h but refreshed its tanh from the h of before the
+    update, so `stale_h` is each layer's h before the previous step's update, and at the start of a call (one per
+    epoch) h itself: the first two steps of an epoch see the same ⟨W⟩. Returns the stale_h of the next step."""
+    seen = replace(net, layers=[replace(layer, h=h) for layer, h in zip(net.layers, stale_h)])
+    fwd = forward(seen, x, train=True, rng=rng)
+    deltas = backward(seen, fwd, y, step)
+    before = [layer.h.copy() for layer in net.layers]
+    update(net, fwd, deltas)
+    return before
 
 
 def _reference_outputs(net: Network):

@@ -27,7 +27,7 @@ SLOPE_STILL_FALLING = 0.1   # points per 10 epochs: beyond the epoch-to-epoch no
 OTHER_VARIANT = {("main", 3): "Table 3 analytic", ("Table 3 analytic", 3): "main",
                  ("main", 4): "Table 4 held", ("Table 4 held", 4): "main"}
 MECHANISM_NAMES = {3: "dropout reading", 4: "mask reading"}
-# The variants of the real-weight update (ebp_lib.REAL_UPDATES other than the spec): variants of these names hold
+# The variants of the real-weight update (ebp_lib.UPDATES other than the spec): variants of these names hold
 # the cells trained with them (results.table_cells(..., real_update=name)).
 UPDATE_VARIANTS = ("authors", "authors-delta", "authors-variance")
 VARIANT_READINGS = {"main": {3: "sampled", 4: "absent"}, "Table 3 analytic": {3: "analytic"},

@@ -13,13 +13,14 @@ import os
 from pathlib import Path
 
 import ebp_data
+from ebp_lib import update_applies
 from reproduction.folder import RUNS_DIR, results_folder, run_key
 from reproduction.parameters import (
     DROPOUT_READINGS,
     MASK_READINGS,
     NOTEBOOK,
     PROFILES,
-    REAL_UPDATES,
+    UPDATES,
     WEIGHTS,
     check_dataset,
     validate_engine,
@@ -91,8 +92,8 @@ def select_rows(rows: list[dict], tables=None, columns=None, run_ids=None, weigh
         aliases = {f"{r['run_id']}-{reading}": r["run_id"] for r in rows if r["dropout"] == "yes"
                    for reading in DROPOUT_READINGS}  # the folder names of dropout runs work too
         aliases.update({f"{r['run_id']}-held": r["run_id"] for r in rows if r["table"] == 4})  # and held ones
-        aliases.update({f"{r['run_id']}-{update}": r["run_id"] for r in rows if r["weights"] == "real"
-                        for update in REAL_UPDATES[1:]})  # and those of the authors' real-weight update
+        aliases.update({f"{r['run_id']}-{update}": r["run_id"] for r in rows for update in UPDATES
+                        if update != "spec" and update_applies(update, r["weights"])})  # and the authors' updates
         check([i for i in run_ids if i not in aliases], sorted(known), "run id")
         wanted = {aliases.get(i, i) for i in run_ids}
         out = [r for r in out if r["run_id"] in wanted]
@@ -123,13 +124,15 @@ def check_mask_reading(rows: list[dict], mask_reading: str) -> None:
 
 
 def check_real_update(rows: list[dict], real_update: str) -> None:
-    """The authors' real-weight update (REAL_UPDATES other than "spec") exists for real weights only: ValueError,
-    saying what to select, if `rows` hold binary-weight cells."""
-    if real_update not in REAL_UPDATES:
-        raise ValueError(f"unknown real-weight update {real_update!r}; choose one of {', '.join(REAL_UPDATES)}")
-    if real_update != "spec" and any(r["weights"] != "real" for r in rows):
-        raise ValueError(f"the real-weight update {real_update!r} applies to real weights only, but the selection "
-                         f"holds binary-weight runs: select --weights real")
+    """Each of the authors' updates (UPDATES other than "spec") exists for one weight type: ValueError, saying
+    what to select, if `rows` hold cells of the other."""
+    if real_update not in UPDATES:
+        raise ValueError(f"unknown update {real_update!r}; choose one of {', '.join(UPDATES)}")
+    other = sorted({r["weights"] for r in rows if not update_applies(real_update, r["weights"])})
+    if other:
+        weights = UPDATES[real_update][0]
+        raise ValueError(f"the update {real_update!r} applies to {weights} weights only, but the selection holds "
+                         f"{' and '.join(other)}-weight runs: select --weights {weights}")
 
 
 def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs_dir=RUNS_DIR,

@@ -58,8 +58,9 @@ DATASET_CHOICES = ("mnist", "fashion-mnist")  # the data sets of ebp_data.DATASE
 WEIGHTS = ("binary", "real")
 PREPROCESSINGS = ("pixel", "global", "unit")
 MASK_READINGS = ebp_lib.MASK_READINGS  # absent (default) or held: docs/maths.md §Spatial filtering
-# spec (default) or the authors' real-weight code, both differences or one: docs/maths.md §The authors' real-weight code
-REAL_UPDATES = tuple(ebp_lib.REAL_UPDATES)
+# spec (default) or one of the authors' codes (ebp_lib.UPDATES): docs/maths.md §The authors' real-weight code,
+# §The authors' binary code of 2015
+UPDATES = tuple(ebp_lib.UPDATES)
 # What a checkpoint must have been trained with to be resumed, besides what ebp_lib.fit compares itself (the
 # network, seed, batch size, engine): passed to fit as run_config and stored in the checkpoint.
 RUN_CONFIG_KEYS = ("dataset", "architecture", "weights", "dropout", "keep", "n_train", "preprocessing",
@@ -155,11 +156,15 @@ def validate_parameters(params: dict) -> dict:
             and not is_spatial(p["architecture"]):
         bad("mask_reading", f"architecture {p['architecture']!r} has no locally connected layer, so there is "
                             "nothing to hold; 'held' applies to spatial architectures (block13, 361-100)")
-    if p["real_update"] not in REAL_UPDATES:
-        bad("real_update", f"choose one of {', '.join(REAL_UPDATES)} (spec: the paper's equations; authors: the "
-                           f"authors' Real_EBP_minibatch.m; authors-delta / authors-variance: one of its two differences)")
-    elif p["real_update"] != "spec" and p["weights"] != "real":
-        bad("real_update", "the authors' code differs from the spec for real weights only; binary weights take 'spec'")
+    if p["real_update"] not in UPDATES:
+        bad("real_update", f"choose one of {', '.join(UPDATES)} (spec: the paper's equations; authors: the "
+                           f"authors' Real_EBP_minibatch.m; authors-delta / authors-variance: one of its two "
+                           f"differences; authors-2015: their Binary_EBP_minibatch.m as the paper ran it)")
+    elif p["weights"] in WEIGHTS:
+        try:
+            ebp_lib.check_update(p["real_update"], p["weights"])
+        except ValueError as err:
+            bad("real_update", str(err))
     if isinstance(p["dropout"], str) and p["dropout"].lower() in ("none", "off", ""):
         p["dropout"] = None
     if p["dropout"] not in (None, *DROPOUT_READINGS):
@@ -215,7 +220,7 @@ def describe_experiment(params: dict) -> str:
     n = f"{params['n_train']:,}" if params["n_train"] is not None else f"all {FULL_TRAIN:,}"
     masks = (f" (non-connected weights {params['mask_reading']})" if is_spatial(params["architecture"]) else "")
     if params["real_update"] != "spec":
-        masks += f", real-weight update {params['real_update']} (the authors' code)"
+        masks += f", update {params['real_update']} (the authors' code)"
     return (f"{params['dataset']}, {params['weights']} weights, architecture {params['architecture']} "
             f"{architecture_layers(params['architecture'])}{masks}, {dropout}; {n} training images "
             f"({params['preprocessing']} standardisation), {params['epochs']} epochs, batch size "

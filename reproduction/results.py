@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ebp_checkpoint
+from ebp_lib import update_applies
 from reproduction import backprop
 from reproduction.folder import (
     CHECKPOINT_FILE,
@@ -195,20 +196,26 @@ def seed_of(result: dict) -> int:
     return result["parameters"]["seed"]
 
 
+def row_update(row: dict, update: str) -> str:
+    """The update that trains a table row's runs when `update` is asked for: `update` where it applies to the
+    row's weight type (ebp_lib.update_applies), else the spec's."""
+    return update if update_applies(update, row["weights"]) else "spec"
+
+
 def matches(row: dict, result: dict, reading: str = "sampled", seed: int | None = 0,
             mask_reading: str = "absent", real_update: str = "spec") -> bool:
     """Whether a result was trained in the configuration of a table row (with the paper's defaults for the
     data: MNIST, per-pixel standardisation, reference initialisation), with seed `seed` (None: any seed), the
     dropout reading `reading` (Table 3), the mask reading `mask_reading` (Table 4; the other tables have no
-    masks, so only results of the default reading fill them) and the real-weight update `real_update` (binary
-    rows: the spec's, the only one)."""
+    masks, so only results of the default reading fill them) and the update `real_update` where it applies to the
+    row's weights (row_update)."""
     p = result["parameters"]
     dropout = reading if row["dropout"] == "yes" else None
     masks = mask_reading if row["table"] == 4 else "absent"
     return (p["dataset"] == row["dataset"] and p["architecture"] == row["architecture"]
             and p["weights"] == row["weights"] and p["dropout"] == dropout
             and (dropout is None or p["keep"] == row["keep"]) and p["mask_reading"] == masks
-            and p["real_update"] == (real_update if row["weights"] == "real" else "spec")
+            and p["real_update"] == row_update(row, real_update)
             and p["preprocessing"] == "pixel" and p["std_floor"] == 0 and p["init_scale"] == 1
             and (seed is None or seed_of(result) == seed))
 
@@ -302,7 +309,7 @@ def rejected_runs(row: dict, rejected: dict, profile: str, reading: str, mask_re
     """[(seed, kind, run folder, why)] of the rejected results (Results.rejected) lying in the folders of a table
     row's run: <results_folder(profile, its data set)>/<run_key(...)>[-seed<N>]."""
     base = run_key(row["run_id"], reading if row["dropout"] == "yes" else None, 0,
-                   mask_reading if row["table"] == 4 else "absent", real_update if row["weights"] == "real" else "spec")
+                   mask_reading if row["table"] == 4 else "absent", row_update(row, real_update))
     pattern = re.compile(re.escape(base) + r"(?:-seed(\d+))?")
     out = []
     for run_dir, (kind, why) in sorted(rejected.items()):
@@ -334,7 +341,7 @@ def table_cells(rows: list[dict], results: list[dict], profile: str = "paper", r
     of_profile = [r for r in results if r["profile"] == profile]
     cells = Cells()
     for row in rows:
-        if real_update != "spec" and row["weights"] != "real":
+        if not update_applies(real_update, row["weights"]):
             continue
         refused = rejected_runs(row, getattr(results, "rejected", {}), profile, reading, mask_reading, real_update)
         if refused:

@@ -1,4 +1,4 @@
-"""The authors' real-weight update (ebp_lib.REAL_UPDATES "authors", "authors-delta", "authors-variance") against a
+"""The authors' real-weight update (ebp_lib.UPDATES "authors", "authors-delta", "authors-variance") against a
 line-by-line transcription of their Real_EBP_minibatch.m (github.com/ExpectationBackpropagation/EBP_Matlab_Code),
 and the fast engine against the reference under each variant.
 
@@ -162,9 +162,9 @@ def test_fast_equals_reference_under_each_variant(real_update, architecture, dro
 
 
 def test_binary_weights_refuse_a_real_weight_variant():
-    with pytest.raises(ValueError, match="real weights only"):
+    with pytest.raises(ValueError, match="the authors' code for real weights"):
         ebp.init_network([5, 3], "binary", real_update="authors", input_side=SIDE)
-    with pytest.raises(ValueError, match="unknown real-weight update 'author'"):
+    with pytest.raises(ValueError, match="unknown update 'author'"):
         ebp.init_network([5, 3], "real", real_update="author", input_side=SIDE)
 
 
