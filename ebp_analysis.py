@@ -10,7 +10,6 @@ They are analysis, not the algorithm (ebp_lib) and not a check of it (ebp_checks
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 import numpy as np
 from scipy import special
@@ -19,17 +18,16 @@ from ebp_data import Dataset
 from ebp_lib import (
     DEFAULT_ENGINE,
     Network,
-    backward,
     check_training,
     ebp_d_parameters,
     evaluate,
     forward,
     hard_sign,
+    lagged_step,
     layer_moments,
     sign_network,
     train_steps,
     unit_mean,
-    update,
     weight_moments,
 )
 
@@ -292,38 +290,15 @@ def overlapping_minibatches(order: np.ndarray, batch_size: int) -> list[np.ndarr
     return [order[s:s + batch_size + 1] for s in range(0, len(order), batch_size)]
 
 
-def _with_weights(net: Network, hs: list[np.ndarray]) -> Network:
-    """A network that shares `net`'s biases, masks and settings but has the natural parameters / means `hs`."""
-    return replace(net, layers=[replace(layer, h=h) for layer, h in zip(net.layers, hs)])
-
-
-def stale_mean_train_step(net: Network, x: np.ndarray, y: np.ndarray, stale_h: list[np.ndarray], rng=None,
-                          step=None) -> list[np.ndarray]:
-    """One EBP step (ebp_lib's reference forward, backward, update) whose forward and backward passes see the
-    weights' posterior of `stale_h` (one array per layer) instead of the current h, in place on `net`:
-
-        μ, σ² and Δ from ⟨W⟩, ⟨W²⟩ of stale_h and the current b;   h += Σ_batch Δ ν_prev'/√N;   b += Σ_batch Δ/√N
-
-    The increment is added to the current h. Returns the h of every layer as it was before this step (copies):
-    passed as the next step's stale_h it gives the authors' lag (Binary_EBP_minibatch.m refreshes tanh_h_cell from
-    h before adding the update, so step t uses tanh h from before step t − 1). stale_h equal to the current h is
-    ebp_lib.train_step(engine="reference") exactly."""
-    before = [layer.h.copy() for layer in net.layers]
-    seen = _with_weights(net, stale_h)
-    fwd = forward(seen, x, train=True, rng=rng)
-    update(net, fwd, backward(seen, fwd, y, step))
-    return before
-
-
 def train_authors_loop(net: Network, x: np.ndarray, y: np.ndarray, minibatches, lag: bool = True, rng=None) -> None:
     """EBP steps on x[idx], y[idx] for idx in `minibatches` (e.g. overlapping_minibatches of one epoch's order), in
-    place, with the reference engine (the net's dtype). lag=True: the authors' stale ⟨W⟩ (stale_mean_train_step);
-    the first two steps both see the h the call starts from, as in one call of Binary_EBP_minibatch.m (one call per
+    place, with the reference engine (the net's dtype). lag=True: the authors' stale ⟨W⟩ (ebp_lib.lagged_step); the
+    first two steps both see the h the call starts from, as in one call of Binary_EBP_minibatch.m (one call per
     epoch restarts the lag). lag=False: ebp_lib.train_step on every minibatch."""
     stale = [layer.h.copy() for layer in net.layers]
     for k, idx in enumerate(minibatches):
         seen = stale if lag else [layer.h for layer in net.layers]
-        stale = stale_mean_train_step(net, x[idx], y[idx], seen, rng, step=k)
+        stale = lagged_step(net, seen, x[idx], y[idx], rng, step=k)
 
 
 # ----------------------------------------------------------------------------------------------------------

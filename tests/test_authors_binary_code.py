@@ -67,6 +67,7 @@ def _one_call(x, y, h_cell, bias_cell, K, L, batch_size, dropout, fixed):
             var_v = 4 * (p_v - p_v ** 2)
             mean_v_prev_cell.append(mean_v)
         # backward pass, layer L first
+        delta = None  # set by each layer for the one below it
         for ll in range(L - 1, -1, -1):
             mean_v_prev, mean_u, var_u = mean_v_prev_cell[ll], mean_u_cell[ll], var_u_cell[ll]
             bias, h, tanh_h = bias_cell[ll], h_cell[ll], tanh_h_cell[ll]
