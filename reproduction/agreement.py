@@ -130,7 +130,8 @@ def seed_coverage(table: int, cells: dict) -> tuple[int, int]:
     return rule.leave_one_seed_out(by_seed)
 
 
-def _table_label(table: int, variant: str) -> str:
+def table_label(table: int, variant: str) -> str:
+    """A table with the reading its variant shows, e.g. "Table 3 (analytic)"."""
     reading = VARIANT_READINGS.get(variant, {}).get(table)
     return f"Table {table}{f' ({reading})' if reading else ''}"
 
@@ -144,7 +145,7 @@ def band_count(table: int, rows: list[dict], variants: dict, variant: str = "mai
     coverage = (f"; leave one seed out, the band of the other seeds holds the held-out run in {inside} of "
                 f"{held_out} ({inside / held_out:.0%})" if held_out else
                 "; one seed per cell: s is the main variant's")
-    return (f"{_table_label(table, variant)}: the paper's number lies within our {rule.LEVEL:.0%} prediction band "
+    return (f"{table_label(table, variant)}: the paper's number lies within our {rule.LEVEL:.0%} prediction band "
             f"for one more run in {len(judged) - len(outside)} of {len(judged)} finished cells{coverage}")
 
 
@@ -187,7 +188,7 @@ def patterns(table: int, rows: list[dict], variants: dict, variant: str = "main"
                 sizes = sorted(abs(j["difference"]) for _, j in group)
                 outside = sum(j["outside"] for _, j in group)
                 side = "below" if group[0][1]["difference"] < 0 else "above"
-                found.append(f"{_table_label(table, variant)}, {label}{name}: ours {side} the paper in all "
+                found.append(f"{table_label(table, variant)}, {label}{name}: ours {side} the paper in all "
                              f"{len(group)} cells, by {sizes[0]:.2f} to {sizes[-1]:.2f} points ({outside} of them "
                              f"outside the band)")
     return found
@@ -284,7 +285,7 @@ TABLE_MARKERS = {2: "o", 3: "s", 4: "^"}
 def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4), spreads: dict | None = None):
     """Ours against the paper for every finished cell of `tables` (one variant's cells): mean over seeds with
     bars of the prediction band (`spreads`, by default pooled over `cells`' families), the diagonal, log axes
-    (errors span 1.5-35%); the cells outside the band are filled and labelled."""
+    (errors span 1.5-35%); the cells outside the band are filled red (too many to label: tables.md lists them)."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter
 
@@ -302,9 +303,6 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4), spreads: d
             colour = "tab:red" if judged["outside"] else "tab:blue"
             ax.errorbar(paper, ours, yerr=judged["tolerance"], fmt=TABLE_MARKERS[table], color=colour, ms=5,
                         mfc=colour if judged["outside"] else "white", elinewidth=0.8, capsize=2, zorder=3)
-            if judged["outside"]:
-                ax.annotate(f"T{table} {row['row']} {row['column']}", (paper, ours), fontsize=6,
-                            xytext=(4, -3), textcoords="offset points")
     if high == 0.0:
         ax.text(0.5, 0.5, "no finished cells yet", transform=ax.transAxes, ha="center")
         return fig
@@ -312,7 +310,7 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4), spreads: d
     ax.plot(limits, limits, color="grey", lw=0.8, zorder=1)
     for table in tables:
         ax.plot([], [], TABLE_MARKERS[table], color="tab:blue", mfc="white", label=f"Table {table}")
-    ax.plot([], [], "o", color="tab:red", label="paper outside our band (labelled)")
+    ax.plot([], [], "o", color="tab:red", label="paper outside our band (listed in tables.md)")
     ax.set(xscale="log", yscale="log", xlim=limits, ylim=limits, xlabel="paper: test error (%)",
            ylabel=f"ours: test error (%), mean over seeds, {rule.LEVEL:.0%} band for one more run",
            title="Every cell of Tables 2-4: this reproduction against the paper")
