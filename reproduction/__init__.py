@@ -6,7 +6,8 @@ folder        the folder of one run: where it lies, its lock, result.json, the c
 paper_tables  the paper's Tables 2-4 as data (paper_tables.csv) and the jobs that reproduce them
 runner        running jobs: papermill for one, a Dask cluster for a batch
 results       reading results back into the tables' cells, and the tables as Markdown
-findings      the paper's findings, judged with a tolerance on its numbers and on ours
+band          the one rule of every comparison: a t interval on the run-to-run spread (no binomial term)
+findings      the paper's findings, judged by paired per-seed differences on its numbers and on ours
 plots         learning curves, and the prolonged runs of the extended profile
 agreement     every table cell judged against the paper, and the mechanisms that explain the cells outside
 backprop      the backprop baseline (backprop_mlp: its network); comparison: EBP against it

@@ -1,41 +1,67 @@
-"""Every cell judged: does the paper's number lie within our band, and if not, which mechanism explains it?
+"""Every cell judged: could the paper's number be one more run of ours, and if not, which mechanism explains it?
 
-A cell agrees with the paper when |ours − paper| <= 2·sqrt(u_ours² + u_paper²), the tolerance the findings use:
-u_ours is the cell's uncertainty (seed spread and the test set's binomial error, `Cell.uncertainty`), u_paper the
-binomial standard error of the paper's single run on 10,000 test images. A cell outside that band is explained
-from the data, never by a typed sentence: each mechanism below is a computed test on the committed runs.
+A cell agrees with the paper when the paper's single run lies within our prediction band for one more run,
+ours ± t·s·sqrt(1 + 1/n) + 0.005 (reproduction.band: s pooled over the cell's family, its table and row in one
+variant; the paper's two-decimal rounding). Both sides are measured on the same test images, so the test set's
+binomial noise is no part of the band. A variant whose family has no cell of two seeds (one seed per cell) borrows
+the main variant's spread of the same family (variant_spreads). A cell outside the band is explained from the
+data, never by a typed sentence: each mechanism below is a computed test on the committed runs.
 
 - dropout reading (Table 3): the other reading's cell of the same configuration lies within the band;
 - mask reading (Table 4): the other mask reading's cell lies within the band;
 - EBP-D rounding: an EBP-D cell above the band whose EBP-P cell, from the same runs, lies within it;
 - not converged: ours is above the paper and the runs' test error still falls at epoch 120 (least-squares
   slope over the last 40 epochs below −SLOPE_STILL_FALLING points per 10 epochs, mean over seeds);
-- the authors' real-weight code (real weights): the cell trained with the authors' update (variant "authors",
-  docs/maths.md §The authors' real-weight code) lies within the band;
+- the authors' update (variant "authors" for real weights, and any other of UPDATE_VARIANTS that trains the
+  cell's weights, docs/maths.md §The authors' real-weight code) lies within the band;
 - otherwise "unexplained".
+
+Across cells, patterns names the rows whose cells all lie on one side of the paper: a systematic difference,
+whatever each cell's band says.
 """
 from __future__ import annotations
 
 import math
 import statistics
 
+from reproduction import band as rule
 from reproduction.plots import trend
-from reproduction.results import OUTSIDE_MARK, cell_key
-from reproduction.results import paper_band as band
+from reproduction.results import OUTSIDE_MARK, binomial_se, cell_key, finished_errors, paper_band
 
 SLOPE_STILL_FALLING = 0.1   # points per 10 epochs: beyond the epoch-to-epoch noise of a settled curve
 OTHER_VARIANT = {("main", 3): "Table 3 analytic", ("Table 3 analytic", 3): "main",
                  ("main", 4): "Table 4 held", ("Table 4 held", 4): "main"}
 MECHANISM_NAMES = {3: "dropout reading", 4: "mask reading"}
-# The variants of the real-weight update (ebp_lib.UPDATES other than the spec): variants of these names hold
-# the cells trained with them (results.table_cells(..., real_update=name)).
+# The variants of the update (ebp_lib.UPDATES other than the spec): variants of these names hold the cells
+# trained with them (results.table_cells(..., real_update=name)), of the weight type each applies to.
 UPDATE_VARIANTS = ("authors", "authors-delta", "authors-variance")
 VARIANT_READINGS = {"main": {3: "sampled", 4: "absent"}, "Table 3 analytic": {3: "analytic"},
                     "Table 4 held": {4: "held"}}
+MIN_DF = 4        # a family's own spread sets its band from 4 degrees of freedom (t = 2.78) on
+MIN_PATTERN = 4   # cells of one row on one side of the paper: 2·0.5⁴ = 1/8 by chance at the least
 
 
-def is_outside(row: dict, cell) -> bool:
-    judged = band(row, cell)
+def variant_spreads(variants: dict, variant: str = "main") -> dict:
+    """{family: Spread} of one variant's cells, each family pooled over its own cells; a family with fewer than
+    MIN_DF degrees of freedom there (one or two cells of several seeds) is pooled with the main variant's cells
+    of the same table and row (the same network trained by nearly the same code), so that a t quantile of one
+    degree of freedom (12.7) never sets a band."""
+    own = finished_errors(variants[variant])
+    spreads = rule.family_spreads(own)
+    if variant == "main" or "main" not in variants:
+        return spreads
+    both = rule.family_spreads({**{("main", *key): e for key, e in finished_errors(variants["main"]).items()},
+                                **{(variant, *key): e for key, e in own.items()}}, family=lambda key: key[1:3])
+    return {name: spread if spread.df >= MIN_DF else both[name] for name, spread in {**both, **spreads}.items()}
+
+
+def band(row: dict, cell, spreads: dict) -> dict | None:
+    """results.paper_band of one cell with the spreads of its variant (variant_spreads)."""
+    return paper_band(row, cell, spreads)
+
+
+def is_outside(row: dict, cell, spreads: dict) -> bool:
+    judged = band(row, cell, spreads)
     return bool(judged and judged["outside"])
 
 
@@ -52,28 +78,28 @@ def mean_slope(cell, output: str) -> float:
 
 def mechanisms(row: dict, rows: list[dict], variants: dict, variant: str = "main") -> list[str]:
     """The computed mechanisms that explain why a cell of `variant` lies outside the band (empty if none)."""
-    cells = variants[variant]
+    cells, spreads = variants[variant], variant_spreads(variants, variant)
     cell = cells.get(cell_key(row))
     found = []
     other = OTHER_VARIANT.get((variant, row["table"]))
     if other in variants:
         alternative = variants[other].get(cell_key(row))
-        judged = band(row, alternative)
+        judged = band(row, alternative, variant_spreads(variants, other))
         if judged and not judged["outside"]:
             reading = VARIANT_READINGS[other][row["table"]]
             found.append(f"{MECHANISM_NAMES[row['table']]}: the {reading} reading gives {alternative.mean:.2f}, "
                          f"within the band")
     if variant == "main" and row["weights"] == "real" and "authors" in variants:
         alternative = variants["authors"].get(cell_key(row))
-        judged = band(row, alternative)
+        judged = band(row, alternative, variant_spreads(variants, "authors"))
         if judged and not judged["outside"]:
             found.append(f"the authors' real-weight code gives {alternative.mean:.2f} (n = "
                          f"{len(alternative.pooled)}), within the band")
-    judged = band(row, cell)
+    judged = band(row, cell, spreads)
     if row["row"].endswith("-D") and judged["difference"] > 0:  # rounding can only lose accuracy
         sibling = _sibling(row, rows, row["row"][:-1] + "P")
-        if sibling is not None and band(sibling, cells.get(cell_key(sibling))) is not None \
-                and not is_outside(sibling, cells.get(cell_key(sibling))):
+        if sibling is not None and band(sibling, cells.get(cell_key(sibling)), spreads) is not None \
+                and not is_outside(sibling, cells.get(cell_key(sibling)), spreads):
             found.append("EBP-D rounding: the same runs' EBP-P agrees with the paper")
     if judged["difference"] > 0:
         slope = mean_slope(cell, row["output"])
@@ -83,46 +109,117 @@ def mechanisms(row: dict, rows: list[dict], variants: dict, variant: str = "main
     return found
 
 
-def cell_line(row: dict, cell) -> str:
-    """'B-EBP-D [800,800]: paper 27.06, ours 31.97 ± 4.48 (n = 3), +4.91 against a band of ±2.10'."""
-    judged = band(row, cell)
+def cell_line(row: dict, cell, spreads: dict) -> str:
+    """'B-EBP-D [800,800]: paper 27.06, ours 31.97 ± 4.48 (n = 3), +4.91 against a band of ±3.65'."""
+    judged = band(row, cell, spreads)
     ours = f"{cell.mean:.2f}" + (f" ± {cell.sd:.2f} (n = {len(cell.pooled)})" if cell.sd is not None else " (n = 1)")
     return (f"{row['row']} {row['column']}: paper {row['paper_error']:.2f}, ours {ours}, "
             f"{judged['difference']:+.2f} against a band of ±{judged['tolerance']:.2f}")
 
 
-def judged_rows(table: int, rows: list[dict], cells: dict) -> tuple[list[dict], list[dict]]:
-    """(finished rows of `table` that have a paper number, those of them outside the band)."""
-    judged = [r for r in rows if r["table"] == table and band(r, cells.get(cell_key(r))) is not None]
-    return judged, [r for r in judged if is_outside(r, cells.get(cell_key(r)))]
+def judged_rows(table: int, rows: list[dict], cells: dict, spreads: dict) -> tuple[list[dict], list[dict]]:
+    """(finished rows of `table` that have a paper number and a spread, those of them outside the band)."""
+    judged = [r for r in rows if r["table"] == table and band(r, cells.get(cell_key(r)), spreads) is not None]
+    return judged, [r for r in judged if is_outside(r, cells.get(cell_key(r)), spreads)]
+
+
+def seed_coverage(table: int, cells: dict) -> tuple[int, int]:
+    """(inside, judged): band.leave_one_seed_out over the finished cells of one table in one variant."""
+    by_seed = {key: dict(zip(cell.seeds, cell.errors)) for key, cell in cells.items()
+               if key[0] == table and cell.finished}
+    return rule.leave_one_seed_out(by_seed)
+
+
+def table_label(table: int, variant: str) -> str:
+    """A table with the reading its variant shows, e.g. "Table 3 (analytic)"."""
+    reading = VARIANT_READINGS.get(variant, {}).get(table)
+    return f"Table {table}{f' ({reading})' if reading else ''}"
 
 
 def band_count(table: int, rows: list[dict], variants: dict, variant: str = "main") -> str:
-    """'Table 3 (sampled): the paper's number lies within our band (...) in 36 of 36 finished cells'."""
-    judged, outside = judged_rows(table, rows, variants[variant])
-    reading = VARIANT_READINGS[variant].get(table)
-    return (f"Table {table}{f' ({reading})' if reading else ''}: the paper's number lies within our band "
-            f"(±2 combined standard errors) in {len(judged) - len(outside)} of {len(judged)} finished cells")
+    """'Table 2: the paper's number lies within our 95% prediction band for one more run in 25 of 36 finished
+    cells (...)', with the band's leave-one-seed-out coverage on our own runs where a cell has three seeds."""
+    spreads = variant_spreads(variants, variant)
+    judged, outside = judged_rows(table, rows, variants[variant], spreads)
+    inside, held_out = seed_coverage(table, variants[variant])
+    coverage = (f"; leave one seed out, the band of the other seeds holds the held-out run in {inside} of "
+                f"{held_out} ({inside / held_out:.0%})" if held_out else
+                "; one seed per cell: s is the main variant's")
+    return (f"{table_label(table, variant)}: the paper's number lies within our {rule.LEVEL:.0%} prediction band "
+            f"for one more run in {len(judged) - len(outside)} of {len(judged)} finished cells{coverage}")
+
+
+def wide_band_inside(row: dict, cell) -> bool | None:
+    """Whether the paper's number lies within ours ± 2·sqrt(u_ours² + u_paper²), u the seed SD combined with the
+    binomial SE of 10,000 test images on each side: a band that counts the shared test set's noise twice, shown
+    beside the prediction band to say how much wider it is. None for an unfinished or missing cell."""
+    if cell is None or not cell.finished or row.get("paper_error") is None:
+        return None
+    ours = math.sqrt((cell.sd or 0.0) ** 2 + binomial_se(cell.mean) ** 2)
+    return abs(cell.mean - row["paper_error"]) <= 2 * math.sqrt(ours ** 2 + binomial_se(row["paper_error"]) ** 2)
+
+
+def wide_band_count(table: int, rows: list[dict], cells: dict) -> tuple[int, int]:
+    """(inside, judged) of wide_band_inside over the finished cells of one table."""
+    judged = [wide_band_inside(r, cells.get(cell_key(r))) for r in rows if r["table"] == table]
+    judged = [j for j in judged if j is not None]
+    return sum(judged), len(judged)
+
+
+def _depth(column: str) -> str:
+    return "two hidden layers" if column.count(",") else "one hidden layer"
+
+
+def patterns(table: int, rows: list[dict], variants: dict, variant: str = "main") -> list[str]:
+    """The rows of one table (one variant) whose finished cells all lie on one side of the paper: the whole row
+    where every cell does, else each depth (one or two hidden layers) where its cells do; MIN_PATTERN cells at
+    the least. One sentence each: which row, direction, how many cells, by how much, how many outside the band."""
+    cells, spreads = variants[variant], variant_spreads(variants, variant)
+    found = []
+    for label in dict.fromkeys(r["row"] for r in rows if r["table"] == table):
+        judged = [(r, band(r, cells.get(cell_key(r)), spreads)) for r in rows
+                  if r["table"] == table and r["row"] == label]
+        judged = [(r, j) for r, j in judged if j is not None]
+        groups = [("", judged)] if _one_sided(judged) else \
+            [(f", {depth}", [(r, j) for r, j in judged if _depth(r["column"]) == depth])
+             for depth in ("one hidden layer", "two hidden layers")]
+        for name, group in groups:
+            if len(group) >= MIN_PATTERN and _one_sided(group):
+                sizes = sorted(abs(j["difference"]) for _, j in group)
+                outside = sum(j["outside"] for _, j in group)
+                side = "below" if group[0][1]["difference"] < 0 else "above"
+                found.append(f"{table_label(table, variant)}, {label}{name}: ours {side} the paper in all "
+                             f"{len(group)} cells, by {sizes[0]:.2f} to {sizes[-1]:.2f} points ({outside} of them "
+                             f"outside the band)")
+    return found
+
+
+def _one_sided(judged: list) -> bool:
+    """Whether every judged cell lies on the same side of the paper (none exactly on it)."""
+    signs = {math.copysign(1, j["difference"]) for _, j in judged if j["difference"] != 0}
+    return bool(judged) and len(signs) == 1 and all(j["difference"] != 0 for _, j in judged)
 
 
 def outside_list(table: int, rows: list[dict], variants: dict, variant: str = "main") -> str:
-    """Markdown: the cells of one table (one variant) where the paper lies outside our band, each with its
-    computed explanation, or one sentence saying there are none."""
-    cells = variants[variant]
-    _, outside = judged_rows(table, rows, cells)
-    head = band_count(table, rows, variants, variant)
-    if not outside:
-        return head + "."
-    lines = [head + "; outside it:"]
-    for r in outside:
-        explained = mechanisms(r, rows, variants, variant)
-        lines.append(f"- {cell_line(r, cells[cell_key(r)])}: {'; '.join(explained) or 'unexplained'}.")
-    return "\n".join(lines)
+    """Markdown: the count of one table (one variant), its patterns, and the cells where the paper lies outside
+    our band, each with its computed explanation (or one sentence saying there are none)."""
+    cells, spreads = variants[variant], variant_spreads(variants, variant)
+    _, outside = judged_rows(table, rows, cells, spreads)
+    parts = [band_count(table, rows, variants, variant) + "."]
+    found = patterns(table, rows, variants, variant)
+    if found:
+        parts.append("\n".join(["Patterns, every cell of a row on one side of the paper:"]
+                               + [f"- {p}." for p in found]))
+    if outside:
+        parts.append("\n".join(["Outside the band:"] + [
+            f"- {cell_line(r, cells[cell_key(r)], spreads)}: "
+            f"{'; '.join(mechanisms(r, rows, variants, variant)) or 'unexplained'}." for r in outside]))
+    return "\n\n".join(parts)
 
 
-def _update_entry(row: dict, cell) -> str:
+def _update_entry(row: dict, cell, spreads: dict) -> str:
     """'2.46 (n = 3, +0.04)' for a finished cell, with OUTSIDE_MARK where the paper lies outside its band; '·'."""
-    judged = band(row, cell)
+    judged = band(row, cell, spreads)
     if judged is None:
         return "·"
     return (f"{cell.mean:.2f} (n = {len(cell.pooled)}, {judged['difference']:+.2f})"
@@ -130,10 +227,12 @@ def _update_entry(row: dict, cell) -> str:
 
 
 def update_comparison(rows: list[dict], variants: dict) -> str:
-    """Markdown: every real-weight cell run under one of UPDATE_VARIANTS, the paper's number beside ours with
-    the spec's update and with each variant (mean, seeds, ours − paper; OUTSIDE_MARK outside the band), then per
-    variant and output the mean of ours − paper over the cells it ran against the spec's on the same cells."""
+    """Markdown: every cell run under one of UPDATE_VARIANTS, the paper's number beside ours with the spec's
+    update and with each variant (mean, seeds, ours − paper; OUTSIDE_MARK outside the band, each variant's
+    spreads: variant_spreads), then per variant and row the mean of ours − paper over the cells it ran against the
+    spec's on the same cells."""
     present = [v for v in UPDATE_VARIANTS if variants.get(v)]
+    spreads = {v: variant_spreads(variants, v) for v in ["main", *present]}
     keys = [cell_key(r) for r in rows if any(cell_key(r) in variants[v] for v in present)]
     if not keys:
         return "No run of the authors' real-weight update yet."
@@ -142,42 +241,40 @@ def update_comparison(rows: list[dict], variants: dict) -> str:
              "|---|---|---|" + "---|" * len(present)]
     for key in keys:
         row = by_key[key]
-        entries = [_update_entry(row, variants["main"].get(key))] + [_update_entry(row, variants[v].get(key))
-                                                                     for v in present]
+        entries = [_update_entry(row, variants[v].get(key), spreads[v]) for v in ["main", *present]]
         lines.append(f"| Table {row['table']} {row['row']} {row['column']} | {row['paper_error']:.2f} | "
                      + " | ".join(entries) + " |")
     lines.append("")
     for v in present:
-        for output in ("EBP-P", "EBP-D"):
-            pairs = [(band(by_key[k], variants["main"].get(k)), band(by_key[k], variants[v].get(k))) for k in keys
-                     if by_key[k]["row"].endswith(output)]
+        for label in dict.fromkeys(by_key[k]["row"] for k in keys):
+            pairs = [(band(by_key[k], variants["main"].get(k), spreads["main"]),
+                      band(by_key[k], variants[v].get(k), spreads[v])) for k in keys if by_key[k]["row"] == label]
             pairs = [(a, b) for a, b in pairs if a and b]
             if pairs:
                 spec = statistics.fmean(a["difference"] for a, _ in pairs)
                 other = statistics.fmean(b["difference"] for _, b in pairs)
                 inside = sum(not b["outside"] for _, b in pairs), sum(not a["outside"] for a, _ in pairs)
-                lines.append(f"- {v}, R-{output} ({len(pairs)} cells): ours − paper {other:+.2f} on average "
+                lines.append(f"- {v}, {label} ({len(pairs)} cells): ours − paper {other:+.2f} on average "
                              f"(spec {spec:+.2f}); the paper's number within the band in {inside[0]} of {len(pairs)} "
                              f"(spec {inside[1]}).")
-    lines += _gap_lines(rows, variants, present)
+    lines += _gap_lines(rows, variants, present, spreads)
     return "\n".join(lines)
 
 
-def _gap_lines(rows: list[dict], variants: dict, present: list[str]) -> list[str]:
-    """Per column run under a variant: R-EBP-D − R-EBP-P of the paper, of ours with the spec's update and with
+def _gap_lines(rows: list[dict], variants: dict, present: list[str], spreads: dict) -> list[str]:
+    """Per column run under a variant: EBP-D − EBP-P of the paper, of ours with the spec's update and with
     each variant (means over seeds; the same runs give both outputs)."""
     out = []
-    for p_row in (r for r in rows if r["weights"] == "real" and r["row"] == "R-EBP-P"):
-        d_row = next((r for r in rows if (r["table"], r["column"], r["row"]) == (p_row["table"], p_row["column"],
-                                                                                  "R-EBP-D")), None)
+    for p_row in (r for r in rows if r["row"].endswith("-EBP-P")):
+        d_row = _sibling(p_row, rows, p_row["row"][:-1] + "D")
         gaps = {}
         for name in ["main", *present]:
             p_cell, d_cell = variants[name].get(cell_key(p_row)), variants[name].get(cell_key(d_row))
-            if band(p_row, p_cell) and band(d_row, d_cell):
+            if band(p_row, p_cell, spreads[name]) and band(d_row, d_cell, spreads[name]):
                 gaps[name] = d_cell.mean - p_cell.mean
         if set(gaps) - {"main"}:
             ours = ", ".join(f"{'spec' if k == 'main' else k} {v:+.2f}" for k, v in gaps.items())
-            out.append(f"- Table {p_row['table']} {p_row['column']}, R-EBP-D − R-EBP-P: paper "
+            out.append(f"- Table {p_row['table']} {p_row['column']}, {d_row['row']} − {p_row['row']}: paper "
                        f"{d_row['paper_error'] - p_row['paper_error']:+.2f}; ours: {ours}.")
     return out
 
@@ -185,19 +282,20 @@ def _gap_lines(rows: list[dict], variants: dict, present: list[str]) -> list[str
 TABLE_MARKERS = {2: "o", 3: "s", 4: "^"}
 
 
-def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4)):
+def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4), spreads: dict | None = None):
     """Ours against the paper for every finished cell of `tables` (one variant's cells): mean over seeds with
-    ±2 combined standard error bars, the diagonal, log axes (errors span 1.5-35%); the cells outside the band
-    are filled and labelled."""
+    bars of the prediction band (`spreads`, by default pooled over `cells`' families), the diagonal, log axes
+    (errors span 1.5-35%); the cells outside the band are filled red (too many to label: tables.md lists them)."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter
 
+    spreads = rule.family_spreads(finished_errors(cells)) if spreads is None else spreads
     fig, ax = plt.subplots(figsize=(6.4, 6.0))
     low, high = math.inf, 0.0
     for table in tables:
         for row in (r for r in rows if r["table"] == table):
             cell = cells.get(cell_key(row))
-            judged = band(row, cell)
+            judged = band(row, cell, spreads)
             if judged is None:
                 continue
             paper, ours = row["paper_error"], cell.mean
@@ -205,9 +303,6 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4)):
             colour = "tab:red" if judged["outside"] else "tab:blue"
             ax.errorbar(paper, ours, yerr=judged["tolerance"], fmt=TABLE_MARKERS[table], color=colour, ms=5,
                         mfc=colour if judged["outside"] else "white", elinewidth=0.8, capsize=2, zorder=3)
-            if judged["outside"]:
-                ax.annotate(f"T{table} {row['row']} {row['column']}", (paper, ours), fontsize=6,
-                            xytext=(4, -3), textcoords="offset points")
     if high == 0.0:
         ax.text(0.5, 0.5, "no finished cells yet", transform=ax.transAxes, ha="center")
         return fig
@@ -215,9 +310,9 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4)):
     ax.plot(limits, limits, color="grey", lw=0.8, zorder=1)
     for table in tables:
         ax.plot([], [], TABLE_MARKERS[table], color="tab:blue", mfc="white", label=f"Table {table}")
-    ax.plot([], [], "o", color="tab:red", label="paper outside our band (labelled)")
+    ax.plot([], [], "o", color="tab:red", label="paper outside our band (listed in tables.md)")
     ax.set(xscale="log", yscale="log", xlim=limits, ylim=limits, xlabel="paper: test error (%)",
-           ylabel="ours: test error (%), mean over seeds ± 2 combined SE",
+           ylabel=f"ours: test error (%), mean over seeds, {rule.LEVEL:.0%} band for one more run",
            title="Every cell of Tables 2-4: this reproduction against the paper")
     ticks = [t for t in (1.5, 2, 3, 5, 10, 20, 30) if limits[0] <= t <= limits[1]]
     for axis in (ax.xaxis, ax.yaxis):

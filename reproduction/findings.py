@@ -1,21 +1,29 @@
-"""The paper's findings, judged with a tolerance on its own numbers and on ours.
+"""The paper's findings, judged by paired differences with the rule of reproduction.band.
 
 A finding is a list of comparisons, each the claim "value(better) < value(worse)", where a side is one cell,
-the best (lowest) of several cells, or (the worse side only) a fixed error in percent. A comparison supports
-the claim when the difference d = worse − better exceeds its tolerance 2·sqrt(u_better² + u_worse²)
-(u: Cell.uncertainty for ours, the binomial SE for the paper's single runs), contradicts it when d < −tolerance,
-and is within tolerance otherwise. A finding about "every" configuration agrees when every comparison supports
-it and disagrees when any contradicts it; one about "most" agrees when more than half support it and disagrees
-when at least half contradict it; anything else (and a comparison whose cells are not all run) is inconclusive.
+the best (lowest) of several cells, or (the worse side only) a fixed error in percent. The difference
+d = worse − better is judged against the t interval of reproduction.band on the spread of *paired* differences:
+EBP-P and EBP-D come from the same runs, and every run of one seed is evaluated on the same test images, so the
+per-seed differences d_i = worse_i − better_i (a fixed side is the same for every seed) carry the comparison's
+run-to-run noise, and nothing of the test set's. On ours (n seeds shared by both sides), the tolerance is
+t_{n−1}·s_d/sqrt(n), n_b = ∞; on the paper's single runs, t_{n−1}·s_d (one run each, s_d from our seeds of the same
+cells) plus 0.005 for each of its two-decimal numbers. Where the two sides share fewer than two seeds, s_d is
+sqrt(s_a² + s_b²) of the sides' family spreads (band.combined_spread); with no spread at all nothing is decided.
+A comparison supports the claim when d exceeds its tolerance, contradicts it when d < −tolerance, and is within
+tolerance otherwise. A finding about "every" configuration agrees when every comparison supports it and
+disagrees when any contradicts it; one about "most" agrees when more than half support it and disagrees when at
+least half contradict it; anything else (and a comparison whose cells are not all run) is inconclusive.
 """
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
+from reproduction import band
 from reproduction.paper_tables import ROW_LABELS
 from reproduction.parameters import check_dataset
-from reproduction.results import DATASET_NAMES, binomial_se, cell_key
+from reproduction.results import DATASET_NAMES, cell_key
 
 WORKS_WELL = 5.0  # "works well": below 5% test error, below any linear classifier on MNIST (7.6-12%, LeCun 1998)
 # The same bar on each data set: under any linear classifier there. On Fashion-MNIST the best linear classifier of
@@ -113,44 +121,90 @@ def paper_findings(dataset: str = "mnist") -> list[Finding]:
     ]
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One cell's test errors (percent) by seed: ours, or the paper's single run (seed "paper"), with the
+    rounding of its printed number."""
+    by_seed: dict
+    rounding: float = 0.0
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.by_seed.values())
+
+
 def paper_values(rows: list[dict]) -> dict:
-    """cell_key -> (the paper's error, its binomial SE): one run per cell, so no seed spread is known. Rows of
+    """cell_key -> Measured of the paper's single run, rounded to two decimals (band.PAPER_ROUNDING). Rows of
     another data set than the paper's (dataset_rows) have no paper number and no entry."""
-    return {cell_key(r): (r["paper_error"], binomial_se(r["paper_error"])) for r in rows
+    return {cell_key(r): Measured({"paper": r["paper_error"]}, band.PAPER_ROUNDING) for r in rows
             if r["paper_error"] is not None}
 
 
 def our_values(cells: dict) -> dict:
-    """cell_key -> (our mean error over seeds, Cell.uncertainty), for cells whose runs are finished."""
-    return {key: (cell.mean, cell.uncertainty) for key, cell in cells.items() if cell.finished}
+    """cell_key -> Measured of our errors by seed, for cells whose runs are finished."""
+    return {key: Measured(dict(zip(cell.seeds, cell.errors))) for key, cell in cells.items() if cell.finished}
 
 
 def side_value(side, values: dict) -> tuple | None:
-    """(value, uncertainty, the cell it came from) of one side of a comparison: its best (lowest) cell in
-    `values`, or its fixed error (uncertainty 0, no cell); None if one of its cells is missing."""
+    """(Measured, the cell it came from) of one side of a comparison: its best (lowest mean) cell in `values`,
+    or its fixed error (no cell); None if one of its cells is missing."""
     if not isinstance(side, tuple):
-        return float(side), 0.0, None
+        return Measured({}), None
     if any(key not in values for key in side):
         return None
-    key = min(side, key=lambda k: values[k][0])
-    return values[key][0], values[key][1], key
+    key = min(side, key=lambda k: values[k].mean)
+    return values[key], key
 
 
-def judge(comparison: Comparison, values: dict) -> dict:
-    """One comparison on one set of values: status (supports, contradicts, within tolerance, not run yet), the
-    difference d = worse − better (points), its tolerance, and the cells each side came from."""
+def family_spreads(values: dict, fallback: dict | None = None) -> dict:
+    """{family: Spread} of our values (band.family_spreads), a family without one taking `fallback`'s (the
+    main variant's values, for a variant of one seed per cell)."""
+    own = band.family_spreads({key: list(m.by_seed.values()) for key, m in values.items()})
+    return {**(family_spreads(fallback) if fallback else {}), **own}
+
+
+def difference_spread(better: tuple, worse: tuple | None, fixed: float | None, spread_from: dict,
+                      families: dict | None = None) -> band.Spread | None:
+    """The run-to-run spread of worse − better for the cells `better` and `worse` (None: the fixed error
+    `fixed`), from our values `spread_from`: the SD of the paired per-seed differences (band.paired_spread), or
+    where fewer than two seeds are shared, the two cells' spreads in `families` (by default family_spreads of
+    `spread_from`) combined (band.combined_spread); None where neither exists."""
+    if better in spread_from and (worse is None or worse in spread_from):
+        b = spread_from[better].by_seed
+        w = {seed: fixed for seed in b} if worse is None else spread_from[worse].by_seed
+        _, spread = band.paired_spread(b, w)
+        if spread is not None:
+            return spread
+    families = family_spreads(spread_from) if families is None else families
+    return band.combined_spread(families.get(band.family(better)),
+                                None if worse is None else families.get(band.family(worse)))
+
+
+def judge(comparison: Comparison, values: dict, spread_from: dict | None = None, families: dict | None = None) -> dict:
+    """One comparison on one set of values (ours, or the paper's with our values as `spread_from`): status
+    (supports, contradicts, within tolerance, not run yet), the difference d = worse − better (points), its
+    tolerance (the module's rule; infinite where no spread is known), and the cells each side came from.
+    `families`: the family spreads for comparisons of fewer than two shared seeds (family_spreads of
+    `spread_from` by default)."""
+    spread_from = values if spread_from is None else spread_from
     better, worse = side_value(comparison.better, values), side_value(comparison.worse, values)
     if better is None or worse is None:
         return {"status": "not run yet"}
-    d, tolerance = worse[0] - better[0], 2 * math.sqrt(better[1] ** 2 + worse[1] ** 2)
+    fixed = float(comparison.worse) if worse[1] is None else None
+    d = (fixed if fixed is not None else worse[0].mean) - better[0].mean
+    spread = difference_spread(better[1], worse[1], fixed, spread_from, families)
+    seeds = set(better[0].by_seed) & set(worse[0].by_seed) if fixed is None else set(better[0].by_seed)
+    n = max(len(seeds), 1)
+    tolerance = (math.inf if spread is None else
+                 band.half_width(spread, n) + better[0].rounding + worse[0].rounding)
     status = "supports" if d > tolerance else "contradicts" if d < -tolerance else "within tolerance"
     return {"status": status, "d": d, "tolerance": tolerance, "better": better, "worse": worse}
 
 
-def verdict(finding: Finding, values: dict) -> dict:
-    """A finding judged on one set of values: verdict (agree, disagree, inconclusive, not run yet), the count
-    of each status, and the judged comparisons in order."""
-    judged = [judge(c, values) for c in finding.comparisons]
+def verdict(finding: Finding, values: dict, spread_from: dict | None = None, families: dict | None = None) -> dict:
+    """A finding judged on one set of values (judge's arguments): verdict (agree, disagree, inconclusive, not
+    run yet), the count of each status, and the judged comparisons in order."""
+    judged = [judge(c, values, spread_from, families) for c in finding.comparisons]
     counts = {s: sum(j["status"] == s for j in judged)
               for s in ("supports", "contradicts", "within tolerance", "not run yet")}
     n = len(judged)
@@ -184,19 +238,33 @@ def findings_summary(rows: list[dict], variants: dict, findings: list[Finding] |
     the first is the tables' main reading; a later variant is shown only for findings that read a table its
     readings change: Table 3 for a dropout reading, Table 4 for a mask reading, as named by VARIANT_TABLES)."""
     findings = paper_findings() if findings is None else findings
-    paper = paper_values(rows)
     labels = list(variants)
-    lines = ["| finding | every/most | paper's numbers | " + " | ".join(_ours_header(k, label) for k, label in
-                                                                      enumerate(labels)) + " |",
+    paper, *ours = judged_columns(rows, variants, labels)
+    lines = ["| finding | every/most | paper's numbers | " + " | ".join(name for name, *_ in ours) + " |",
              "|---" * (3 + len(labels)) + "|"]
     for f in findings:
         entries = []
-        for k, label in enumerate(labels):
+        for k, (label, (_, *column)) in enumerate(zip(labels, ours)):
             touched = k == 0 or VARIANT_TABLES.get(label, set()) & f.tables
-            entries.append(f"**{describe_verdict(verdict(f, our_values(variants[label])))}**" if touched else "same")
-        lines.append(f"| {f.title} ({f.source}) | {f.quantifier} | {describe_verdict(verdict(f, paper))} | "
+            entries.append(f"**{describe_verdict(verdict(f, *column))}**" if touched else "same")
+        lines.append(f"| {f.title} ({f.source}) | {f.quantifier} | {describe_verdict(verdict(f, *paper[1:]))} | "
                      + " | ".join(entries) + " |")
     return "\n".join(lines)
+
+
+def judged_columns(rows: list[dict], variants: dict, labels: list[str]) -> list[tuple]:
+    """(name, values, spread_from, families) of each column a finding is judged in: the paper's numbers (where
+    `rows` have them) with the spreads of our main variant (the first), then ours in each of `labels`, a
+    variant's families falling back on the main variant's."""
+    main = our_values(next(iter(variants.values()))) if variants else {}
+    main_families = family_spreads(main)
+    paper = paper_values(rows)
+    columns = [("paper", paper, main, main_families)] if paper else []
+    for label in labels:
+        values = our_values(variants[label])
+        columns.append((_ours_header(list(variants).index(label), label), values, values,
+                        family_spreads(values, main)))
+    return columns
 
 
 def _ours_header(k: int, label: str) -> str:
@@ -211,6 +279,8 @@ def _judged_text(j: dict) -> str:
     """One judged comparison (judge) in a table: its mark, d and tolerance."""
     if j["status"] == "not run yet":
         return "· not run yet"
+    if math.isinf(j["tolerance"]):
+        return f"{STATUS_MARKS[j['status']]} {j['d']:+.2f} (no seed spread)"
     return f"{STATUS_MARKS[j['status']]} {j['d']:+.2f} (tol {j['tolerance']:.2f})"
 
 
@@ -222,12 +292,10 @@ def finding_details(finding: Finding, rows: list[dict], variants: dict, max_line
     partly trained), are counted in a last line each rather than listed."""
     labels = [label for k, label in enumerate(variants)
               if k == 0 or VARIANT_TABLES.get(label, set()) & finding.tables]
-    paper = paper_values(rows)  # empty for another data set than the paper's: no paper column then
-    columns = ([("paper", paper)] if paper else []) + [(_ours_header(k, label), our_values(variants[label]))
-                                                      for k, label in enumerate(labels)]
-    judged = [[judge(c, values) for _, values in columns] for c in finding.comparisons]
+    columns = judged_columns(rows, variants, labels)  # no paper column for another data set than the paper's
+    judged = [[judge(c, *column) for _, *column in columns] for c in finding.comparisons]
     lines = [f"**{finding.title}** ({finding.source}; {finding.quantifier}) — d = worse − better, points",
-             "", "| comparison | " + " | ".join(name for name, _ in columns) + " |",
+             "", "| comparison | " + " | ".join(name for name, *_ in columns) + " |",
              "|---" * (1 + len(columns)) + "|"]
     hidden = {"supports": 0, "not run yet": 0}
     for comparison, row in zip(finding.comparisons, judged):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import ebp_checkpoint
 from ebp_lib import update_applies
-from reproduction import backprop
+from reproduction import backprop, band
 from reproduction.folder import (
     CHECKPOINT_FILE,
     EXECUTED_FILE,
@@ -287,13 +287,6 @@ class Cell:
     def finished(self) -> bool:
         return all(r["finished"] for r in self.pooled)
 
-    @property
-    def uncertainty(self) -> float:
-        """One standard error of the cell's error, in points: the binomial SE of the 10,000 test images,
-        combined with the SD over seeds where there are several (u² = SD² + SE²: the seeds' spread is that of
-        training, the SE that of the test set, which every seed shares)."""
-        return math.sqrt((self.sd or 0.0) ** 2 + binomial_se(self.mean) ** 2)
-
 
 class Cells(dict):
     """table_cells' answer: cell_key -> Cell, and `rejected`, cell_key -> [(seed, kind, run folder, why)] for the
@@ -388,16 +381,20 @@ def table_title(table: int, reading: str | None = None, mask_reading: str | None
     return title
 
 
-def paper_band(row: dict, cell: Cell | None) -> dict | None:
-    """Whether the paper's number lies within our band: ours − paper, the tolerance 2·sqrt(u_ours² + u_paper²)
-    (Cell.uncertainty, and the binomial SE of the paper's single run: the findings' rule) and `outside`; None when
-    the cell is not run or unfinished, or the row has no paper number (another data set)."""
+def finished_errors(cells: dict) -> dict:
+    """{cell key: per-seed errors} of the finished cells: what band.family_spreads pools."""
+    return {key: cell.errors for key, cell in cells.items() if cell.finished}
+
+
+def paper_band(row: dict, cell: Cell | None, spreads: dict | None = None) -> dict | None:
+    """Whether the paper's number could be one more run of ours (band.prediction_band): ours − paper, the
+    tolerance t·s·sqrt(1 + 1/n) + the paper's rounding, `outside`; s: the family's in `spreads`
+    ({family: Spread}, band.family_spreads). None when the cell is not run or unfinished, the row has no paper
+    number (another data set), or its family has no spread (one seed per cell)."""
     paper = row.get("paper_error")
     if cell is None or paper is None or not cell.finished:
         return None
-    difference = cell.mean - paper
-    tolerance = 2 * math.sqrt(cell.uncertainty ** 2 + binomial_se(paper) ** 2)
-    return {"difference": difference, "tolerance": tolerance, "outside": abs(difference) > tolerance}
+    return band.prediction_band(cell.errors, paper, (spreads or {}).get(band.family(cell_key(row))))
 
 
 OUTSIDE_MARK = "†"  # a rendered cell whose paper number lies outside our band (paper_band)
@@ -411,9 +408,11 @@ def _rejected_text(cell: Cell | None, refused: list[tuple]) -> str:
     return "".join(f" · seed {seed}: {kind} result.json" for seed, kind, _, _ in refused if seed not in cell.seeds)
 
 
-def _cell_text(row: dict, cell: Cell | None, last_label: str, refused: list[tuple] = ()) -> str:
+def _cell_text(row: dict, cell: Cell | None, last_label: str, refused: list[tuple] = (),
+               spreads: dict | None = None) -> str:
     """One cell of a rendered table: 'paper / ours (ours − paper); last k: ...', or what is missing; a rejected
-    result.json of its run (`refused`: Cells.rejected) is named."""
+    result.json of its run (`refused`: Cells.rejected) is named; OUTSIDE_MARK where the paper lies outside the
+    band of its family's spread (`spreads`, paper_band)."""
     paper = row["paper_error"]
     if cell is None:
         return f"{paper:.2f} / {_rejected_text(None, refused) if refused else 'not run yet'}"
@@ -421,7 +420,7 @@ def _cell_text(row: dict, cell: Cell | None, last_label: str, refused: list[tupl
     if cell.sd is not None:
         text += f" ± {cell.sd:.2f} (n = {len(cell.pooled)})"
     text += f" ({cell.mean - paper:+.2f})"
-    if (paper_band(row, cell) or {}).get("outside"):
+    if (paper_band(row, cell, spreads) or {}).get("outside"):
         text += f" {OUTSIDE_MARK}"
     if cell.finished:
         last, last_sd = cell.last_epochs
@@ -434,10 +433,13 @@ def _cell_text(row: dict, cell: Cell | None, last_label: str, refused: list[tupl
 
 
 def render_table(table: int, rows: list[dict], cells: dict, profile: str, reading: str | None = None,
-                 mask_reading: str | None = None) -> str:
+                 mask_reading: str | None = None, spreads: dict | None = None) -> str:
     """One paper table as Markdown, transposed (one line per architecture, one column per output), labelled
     with its reading, profile and seeds. Every cell: 'paper / ours (ours − paper); last 10: mean of the last
-    ten epochs', ours ± SD over seeds (n) where several; an unfinished run shows its epochs done."""
+    ten epochs', ours ± SD over seeds (n) where several; an unfinished run shows its epochs done; OUTSIDE_MARK
+    where the paper lies outside the prediction band, s pooled per family: `spreads` ({family: Spread}), by
+    default those of `cells` themselves."""
+    spreads = band.family_spreads(finished_errors(cells)) if spreads is None else spreads
     rows = [r for r in rows if r["table"] == table]
     columns = list(dict.fromkeys(r["column"] for r in rows))
     by_cell = {(r["column"], r["row"]): r for r in rows}
@@ -446,11 +448,12 @@ def render_table(table: int, rows: list[dict], cells: dict, profile: str, readin
     lines = [f"**{table_title(table, reading, mask_reading)}** — profile {profile_label(profile)}; "
              f"{seeds_label(filled)}. Test error %, paper / ours (ours − paper); last {k}: our mean "
              f"over the last {k} epochs (the paper reports the error after the last epoch); {OUTSIDE_MARK}: the "
-             f"paper's number lies outside our mean ± 2 combined standard errors.",
+             f"paper's number lies outside our {band.LEVEL:.0%} prediction band for one more run (t·s·sqrt(1 + 1/n),"
+             f" s pooled over the row's cells of this table).",
              "", "| hidden | " + " | ".join(ROW_LABELS) + " |", "|---" * (len(ROW_LABELS) + 1) + "|"]
     for column in columns:
         entries = [_cell_text(by_cell[(column, label)], cells.get(cell_key(by_cell[(column, label)])), f"last {k}",
-                              getattr(cells, "rejected", {}).get(cell_key(by_cell[(column, label)]), []))
+                              getattr(cells, "rejected", {}).get(cell_key(by_cell[(column, label)]), []), spreads)
                    for label in ROW_LABELS]
         lines.append(f"| {column} | " + " | ".join(entries) + " |")
     return "\n".join(lines)

@@ -1,14 +1,19 @@
-"""The paper's findings judged with a tolerance (reproduction.findings): one comparison decided only beyond two
-standard errors, every/most verdicts, the paper's own numbers judged by the same rule, the seeds' spread widening
-the tolerance, the summary and details per variant, and the findings on Fashion-MNIST with its own bar."""
+"""The paper's findings judged by paired differences (reproduction.findings): one comparison decided by the spread
+of its per-seed differences, the paper's single runs with our spread and their rounding, every/most verdicts,
+pairing against crossing seeds, the summary and details per variant, and the findings on Fashion-MNIST with its
+own bar."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from fake_runs import cell_row, fake_result
+from scipy import stats
 
+from reproduction import band
 from reproduction.findings import (
     Comparison,
     Finding,
+    Measured,
     describe_verdict,
     finding_details,
     findings_by_dataset,
@@ -23,28 +28,51 @@ from reproduction.paper_tables import dataset_rows
 from reproduction.results import Cell, cell_key
 
 
-def test_a_comparison_is_decided_only_beyond_two_standard_errors():
-    """d = worse − better against 2·sqrt(u_better² + u_worse²): supports, contradicts or within tolerance; a side
-    may be the best of several cells or a fixed error (u = 0); a missing cell leaves it not run."""
-    values = {"a": (2.0, 0.1), "b": (2.5, 0.1), "c": (2.2, 0.1), "d": (1.9, 0.3)}
+def test_a_comparison_is_decided_by_its_paired_differences():
+    """d = worse − better against t_{n−1}·s_d/sqrt(n), s_d the SD of the per-seed differences: two cells whose seeds
+    spread by 0.5 points but move together are decided; the same means with unpaired seeds are not. A side may be
+    the best of several cells or a fixed error; a missing cell leaves it not run."""
+    values = {"a": Measured({0: 2.0, 1: 2.5, 2: 1.5}), "b": Measured({0: 2.3, 1: 2.8, 2: 1.8}),
+              "c": Measured({0: 2.3, 1: 1.8, 2: 2.8}), "d": Measured({0: 1.9, 1: 1.95, 2: 1.85})}
 
     def decide(better, worse):
         return judge(Comparison("x", better, worse), values)
-    assert decide(("a",), ("b",))["status"] == "supports"  # d = 0.5 > 2·sqrt(0.02) = 0.28
+    paired = decide(("a",), ("b",))  # every seed 0.3 apart: s_d = 0, decided at any spread
+    assert paired["status"] == "supports" and paired["tolerance"] == pytest.approx(0.0, abs=1e-12)
     assert decide(("b",), ("a",))["status"] == "contradicts"
-    assert decide(("a",), ("c",))["status"] == "within tolerance"  # d = 0.2 < 0.28
-    assert decide(("d",), ("b",))["status"] == "within tolerance"  # d = 0.6 < 2·sqrt(0.1) = 0.63: the SD counts
-    best = decide(("b", "c"), ("a", "d"))  # best 2.2 (c) against best 1.9 (d)
-    assert best["better"][2] == "c" and best["worse"][2] == "d" and best["d"] == pytest.approx(-0.3)
-    fixed = decide(("a",), 2.25)
-    assert fixed["status"] == "supports" and fixed["tolerance"] == pytest.approx(0.2)
+    crossed = decide(("a",), ("c",))  # the same 0.3 on average, differences +0.3, −0.7, +1.3: s_d = 1.0
+    expected = stats.t.ppf(0.975, 2) * 1.0 / 3 ** 0.5
+    assert crossed["status"] == "within tolerance" and crossed["tolerance"] == pytest.approx(expected)
+    best = decide(("b", "c"), ("a", "d"))  # best 2.3 (b, c tie: the first) against best 1.9 (d)
+    assert best["worse"][1] == "d" and best["d"] == pytest.approx(1.9 - 2.3)
+    fixed = decide(("d",), 2.25)  # 2.25 − d per seed: SD 0.05
+    assert fixed["status"] == "supports" and fixed["tolerance"] == pytest.approx(stats.t.ppf(0.975, 2) * 0.05
+                                                                                 / 3 ** 0.5)
     assert decide(("a", "missing"), ("b",))["status"] == "not run yet"
+
+
+def test_the_papers_single_runs_take_our_paired_spread_and_their_rounding():
+    """The paper's d is judged against t_{n−1}·s_d (one run each, s_d from our seeds of the same cells) + 0.005 for
+    each of its rounded numbers; with one seed per cell, the cells' family spreads combine; with none, nothing is
+    decided (infinite tolerance)."""
+    ours = {(2, "B-EBP-P", "200"): Measured({0: 3.0, 1: 3.2, 2: 3.1}),
+            (2, "B-EBP-P", "400"): Measured({0: 2.8, 1: 3.1, 2: 3.0})}
+    paper = {key: Measured({"paper": m.mean}, 0.005) for key, m in ours.items()}
+    comparison = Comparison("x", ((2, "B-EBP-P", "400"),), ((2, "B-EBP-P", "200"),))
+    judged = judge(comparison, paper, ours)
+    s_d = float(np.std([0.2, 0.1, 0.1], ddof=1))
+    assert judged["tolerance"] == pytest.approx(stats.t.ppf(0.975, 2) * s_d + 0.01)
+    single = {key: Measured({0: m.by_seed[0]}) for key, m in ours.items()}
+    assert judge(comparison, single)["tolerance"] == float("inf")
+    families = {(2, "B-EBP-P"): band.Spread(0.1, 10)}
+    fallback = judge(comparison, single, single, families)
+    assert fallback["tolerance"] == pytest.approx(stats.t.ppf(0.975, 10) * 0.1 * 2 ** 0.5)
 
 
 def test_every_and_most_verdicts():
     """every: agree only if every comparison supports, disagree if any contradicts; most: agree if more than
     half support, disagree if at least half contradict; anything else inconclusive."""
-    values = {"lo": (1.0, 0.01), "hi": (2.0, 0.01), "mid": (1.0, 0.01)}
+    values = {"lo": Measured({0: 1.0, 1: 1.01}), "hi": Measured({0: 2.0, 1: 2.02}), "mid": Measured({0: 1.01, 1: 1.0})}
     sup, con, tie = Comparison("s", ("lo",), ("hi",)), Comparison("c", ("hi",), ("lo",)), \
         Comparison("t", ("lo",), ("mid",))
     gone = Comparison("g", ("lo",), ("absent",))
@@ -59,52 +87,61 @@ def test_every_and_most_verdicts():
     assert describe_verdict(v) == "disagree (1 ✓, 1 ✗, 1 ~, 1 not run of 4)"
 
 
-PAPER_VERDICTS = ["inconclusive", "agree", "inconclusive", "inconclusive", "agree", "inconclusive", "inconclusive",
-                  "agree", "agree", "inconclusive", "inconclusive", "inconclusive"]
+PAPER_VERDICTS = ["inconclusive", "agree", "inconclusive", "agree", "agree", "inconclusive", "disagree",
+                  "inconclusive", "agree", "inconclusive", "agree", "inconclusive"]
+
+
+def offsets(k: int) -> np.ndarray:
+    """Three seeds' offsets (points) of cell number k: drawn with SD 0.1, centred (their mean is 0)."""
+    drawn = np.random.default_rng(k).normal(0.0, 0.1, 3)
+    return drawn - drawn.mean()
 
 
 def paper_as_ours(rows, drop=()):
-    """Cells holding the paper's own numbers as finished single-seed runs (except the run ids in `drop`)."""
+    """Cells holding the paper's own numbers as the mean of three finished seeds (offsets), each run's EBP-P and
+    EBP-D the same (except the run ids in `drop`)."""
     cells = {}
     for r in rows:
         if r["run_id"] not in drop:
-            result = fake_result(r, 120, None, "paper", r["paper_error"] / 100)
-            cells[cell_key(r)] = Cell(r, [result])
+            k = sorted({x["run_id"] for x in rows}).index(r["run_id"])
+            cells[cell_key(r)] = Cell(r, [fake_result(r, 120, None, "paper", (r["paper_error"] + d) / 100, seed=s)
+                                          for s, d in enumerate(offsets(k))])
     return cells
 
 
 def test_the_papers_own_numbers_judged_by_the_same_rule(rows):
-    """The paper's numbers with their binomial SE: (2), (5) and the width of B-EBP-D hold; every other finding is
-    inconclusive (e.g. dropout improves 13 of its 36 cells beyond tolerance, none is worse beyond it), and its own
-    Table 2 contradicts Summary (3) in 3 of 8 comparisons. Fed the same numbers as ours (one seed each), our
-    verdicts are the paper's; with nothing run, every finding is 'not run yet'."""
+    """The paper's numbers, with the spread of three seeds around each of them (paper_as_ours): its own Table 2
+    contradicts Summary (3) in 3 of 8 comparisons. Ours, the same means from three seeds, are judged with
+    t·s_d/sqrt(3) and no rounding: never a wider tolerance than the paper's single runs. With nothing run, every
+    finding is 'not run yet'."""
     findings = paper_findings()
     assert len(findings) == 12 and findings[4].title.startswith("(5) Spatial filtering does not improve BMNNs")
-    paper = [verdict(f, paper_values(rows)) for f in findings]
+    ours_values = our_values(paper_as_ours(rows))
+    paper = [verdict(f, paper_values(rows), ours_values) for f in findings]
     assert [v["verdict"] for v in paper] == PAPER_VERDICTS
-    assert describe_verdict(paper[6]) == "inconclusive (13 ✓, 0 ✗, 23 ~ of 36)"
-    assert describe_verdict(paper[2]) == "inconclusive (2 ✓, 3 ✗, 3 ~ of 8)"
+    assert describe_verdict(paper[2]) == "inconclusive (1 ✓, 3 ✗, 4 ~ of 8)"
     assert paper[4]["judged"][0]["d"] == pytest.approx(3.56 - 2.37)  # best binary: Table 4 B-EBP-D 225, Table 2
-    ours = [verdict(f, our_values(paper_as_ours(rows))) for f in findings]
-    assert [v["counts"] for v in ours] == [v["counts"] for v in paper]
+    ours = [verdict(f, ours_values) for f in findings]
+    pairs = [(o, p) for vo, vp in zip(ours, paper) for o, p in zip(vo["judged"], vp["judged"])]
+    assert all(o["tolerance"] < p["tolerance"] for o, p in pairs) and len(pairs) == 192
     assert [verdict(f, {})["verdict"] for f in findings] == ["not run yet"] * 12
 
 
-def test_seed_spread_widens_the_tolerance(rows):
-    """The same two means are decided with one seed (binomial SE only) and within tolerance when three seeds
-    per cell spread them (SD 0.5): Summary (5) on the best binary cells of Tables 2 and 4."""
+def test_pairing_decides_what_moves_together(rows):
+    """Summary (5) on the best binary cells of Tables 2 and 4, 0.6 points apart with seeds spread by 0.5: seeds that
+    move together (the same offset per seed) decide it; the same seeds crossed leave it within tolerance."""
     t2, t4 = cell_row(rows, 2, "B-EBP-P", "800"), cell_row(rows, 4, "B-EBP-P", "256")
     finding = paper_findings()[4]
     cells = paper_as_ours(rows)
 
     def with_seeds(row, errors):
         return Cell(row, [fake_result(row, 120, None, "paper", e / 100, seed=s) for s, e in enumerate(errors)])
-    one = {**cells, cell_key(t2): with_seeds(t2, [2.0]), cell_key(t4): with_seeds(t4, [2.6])}
-    three = {**cells, cell_key(t2): with_seeds(t2, [1.5, 2.0, 2.5]), cell_key(t4): with_seeds(t4, [2.1, 2.6, 3.1])}
-    assert verdict(finding, our_values(one))["verdict"] == "agree"
-    judged = verdict(finding, our_values(three))
+    together = {**cells, cell_key(t2): with_seeds(t2, [1.5, 2.0, 2.5]), cell_key(t4): with_seeds(t4, [2.1, 2.6, 3.1])}
+    crossed = {**cells, cell_key(t2): with_seeds(t2, [1.5, 2.0, 2.5]), cell_key(t4): with_seeds(t4, [3.1, 2.6, 2.1])}
+    assert verdict(finding, our_values(together))["verdict"] == "agree"
+    judged = verdict(finding, our_values(crossed))
     assert judged["verdict"] == "inconclusive" and judged["judged"][0]["d"] == pytest.approx(0.6)
-    assert judged["judged"][0]["tolerance"] > 2 * (2 * 0.5 ** 2) ** 0.5
+    assert judged["judged"][0]["tolerance"] == pytest.approx(stats.t.ppf(0.975, 2) * 1.0 / 3 ** 0.5)
 
 
 def test_unfinished_runs_do_not_count_in_findings(rows):
@@ -129,9 +166,9 @@ def test_findings_summary_and_details_show_each_variant_where_it_matters(rows):
     degrade = next(line for line in summary if line.startswith("| Without dropout"))
     assert degrade.endswith("| same | same |")
     details = finding_details(paper_findings()[6], rows, variants)
-    assert "| B-EBP-P 200: Table 3 < Table 2 | ~ -0.14 (tol 0.52) | ~ -0.14 (tol 0.52) | ~ -0.14 (tol 0.52) |" \
-        in details
-    assert "| 13 more comparisons | ✓ | ✓ | ✓ |" in details and "Table 4 held" not in details
+    assert "| B-EBP-P 200: Table 3 < Table 2 | ~ -0.14 (tol 0.28) | ~ -0.14 (tol 0.15) | ~ -0.14 (tol 0.15) |" \
+        in details  # the paper: t(2)·s_d + 0.01; ours: t(2)·s_d/sqrt(3)
+    assert "| 15 more comparisons | ✓ | ✓ | ✓ |" in details and "Table 4 held" not in details
 
 
 def test_findings_are_judged_on_fashion_mnist_with_its_own_bar(rows):
@@ -149,18 +186,18 @@ def test_findings_are_judged_on_fashion_mnist_with_its_own_bar(rows):
     assert summary[0] == ("| finding | every/most | ours, MNIST (works well: < 5%) | ours, Fashion-MNIST (works "
                           "well: < 15%) |") and len(summary) == 2 + 12
     assert all(line.endswith("| **not run yet** |") for line in summary[2:])
-    assert summary[2].endswith("| **inconclusive (5 ✓, 0 ✗, 1 ~ of 6)** | **not run yet** |"), summary[2]
+    assert summary[2].endswith("| **agree (6 ✓, 0 ✗, 0 ~ of 6)** | **not run yet** |"), summary[2]
     fashion_rows = dataset_rows(rows, "fashion-mnist")
     b200 = cell_row(fashion_rows, 2, "B-EBP-P", "200")
     fashion = {cell_key(b200): Cell(b200, [fake_result(b200, 120, None, "paper", 0.125,
                                                              dataset="fashion-mnist")])}
     judged = verdict(fashion_findings[1], our_values(fashion))
-    assert judged["counts"] == {"supports": 1, "contradicts": 0, "within tolerance": 0, "not run yet": 1}
+    assert judged["counts"] == {"supports": 0, "contradicts": 0, "within tolerance": 1, "not run yet": 1}  # one seed
     details = finding_details(fashion_findings[1], fashion_rows, {"Fashion-MNIST": fashion})
-    assert "| comparison | ours |" in details and "| Table 2: B-EBP-P 200 < 15% | ✓ +2.50 (tol 0.66) |" in details
+    assert "| comparison | ours |" in details and "| Table 2: B-EBP-P 200 < 15% | ~ +2.50 (no seed spread) |" in details
     assert "| Table 3: B-EBP-P 200 < 15% | · not run yet |" in details  # a short list shows every line
     d200 = cell_row(fashion_rows, 2, "B-EBP-D", "200")  # the same run's EBP-D output
     fashion[cell_key(d200)] = Cell(d200, fashion[cell_key(b200)].pooled)
     long = finding_details(fashion_findings[10], fashion_rows, {"Fashion-MNIST": fashion}).splitlines()
-    assert long[-2:] == ["| Table 2 200: B-EBP-P < B-EBP-D | ~ +0.00 (tol 0.94) |",
+    assert long[-2:] == ["| Table 2 200: B-EBP-P < B-EBP-D | ~ +0.00 (no seed spread) |",
                          "| 49 comparisons not run yet | · |"], long  # a partial grid's unrun comparisons, counted

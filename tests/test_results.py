@@ -14,6 +14,7 @@ from reproduction.folder import RESULT_FILE, run_key
 from reproduction.paper_tables import dataset_rows, select_rows
 from reproduction.results import (
     Cell,
+    binomial_se,
     cell_key,
     coverage,
     load_results,
@@ -38,7 +39,7 @@ def test_each_profile_is_shown_on_its_own_and_the_most_complete_run_fills_a_cell
     assert table_cells([row], [quick, other], "paper") == {}
     quick_cells = table_cells([row], [quick, partial, paper], "quick")
     assert quick_cells[key].pooled == [quick]
-    assert "2.29 / 5.00 (+2.71) †; last 3: 5.00 |" in render_table(2, rows, quick_cells, "quick")  # 3 epochs only
+    assert "2.29 / 5.00 (+2.71); last 3: 5.00 |" in render_table(2, rows, quick_cells, "quick")  # one seed: no band
     cell = table_cells([row], [quick, partial], "paper")[key]
     assert cell.pooled == [partial] and not cell.finished
     assert "2.29 / 4.00 (+1.71) · 2/120 ep" in render_table(2, rows, {key: cell}, "paper")
@@ -84,7 +85,7 @@ def test_seeds_are_pooled_as_mean_and_sd_beside_the_last_ten_epochs(rows, tmp_pa
     last, last_sd = cell.last_epochs
     assert last == pytest.approx(3.11) and last_sd == pytest.approx(0.02)
     se = 100 * (0.032 * 0.968 / 10000) ** 0.5
-    assert cell.uncertainty == pytest.approx((0.2 ** 2 + se ** 2) ** 0.5)
+    assert binomial_se(3.2) == pytest.approx(se)
     text = render_table(2, rows, cells, "paper")
     assert "| 200 | 3.46 / 3.20 ± 0.20 (n = 3) (-0.26); last 10: 3.11 ± 0.02 · seed 3: 40/120 ep |" in text
     assert "profile paper (120 epochs on all 60,000 training images, batch 10); seeds 0, 1, 2 (3 per cell in " \
