@@ -420,15 +420,26 @@ def finished_run(out, result: dict | None, params: dict) -> tuple[str, str] | No
 def check_output_dir(out, params: dict) -> None:
     """Refuse, before any work, to train `params` into folder `out` when it holds a finished run (finished_run):
     FinishedRunError naming the folder and the parameters that differ, or saying there is nothing to do. An
-    unreadable result.json is refused too (RecordError naming it). The experiment notebook calls this after
-    locking its folder; the runner reaches the same verdict through job_state."""
+    unreadable result.json is refused too (RecordError naming it). When the finished run's executed notebook no
+    longer vouches for it (papermill writes its output notebook before the first cell runs, so a call writing
+    over the run's notebook has destroyed it by now), the refusal says so and how to restore it. The experiment
+    notebook calls this after locking its folder; the runner reaches the same verdict through job_state."""
     try:
         result = read_record(Path(out) / RESULT_FILE)
     except FileNotFoundError:
         return
     verdict = finished_run(out, result, params)
-    if verdict is not None:
-        raise FinishedRunError(verdict[1])
+    if verdict is None:
+        return
+    kind, problems = evidence_problems(result, read_bytes(Path(out) / RESULT_FILE),
+                                       read_bytes(Path(out) / EXECUTED_FILE),
+                                       read_bytes(Path(out) / VERIFICATION_FILE), out)
+    if problems:  # papermill writes its output notebook before this cell runs: over the run's, if told to
+        raise FinishedRunError(f"{verdict[1]}. WARNING: its executed notebook {Path(out) / EXECUTED_FILE} no longer "
+                               f"vouches for it ({kind}: {problems[0]}); if papermill was told to write its output "
+                               f"there, it has just replaced the finished run's notebook: "
+                               f"{restore_hint(out, EXECUTED_FILE)}")
+    raise FinishedRunError(verdict[1])
 
 
 @dataclass

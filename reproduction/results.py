@@ -411,6 +411,12 @@ def paper_band(row: dict, cell: Cell | None) -> dict | None:
 
 
 OUTSIDE_MARK = "†"  # a rendered cell whose paper number lies outside our band (paper_band)
+REPLAYED_MARK = "⟲"  # a rendered cell with a run whose first epochs were replayed and agreed (reproduction.verify)
+
+
+def replayed(cell: Cell | None) -> bool:
+    """Whether a run the cell pools was replayed (its verification.json vouches for its record)."""
+    return cell is not None and any(r.get("replayed") for r in cell.pooled)
 
 
 def _rejected_text(cell: Cell | None, refused: list[tuple]) -> str:
@@ -433,6 +439,8 @@ def _cell_text(row: dict, cell: Cell | None, last_label: str, refused: list[tupl
     text += f" ({cell.mean - paper:+.2f})"
     if (paper_band(row, cell) or {}).get("outside"):
         text += f" {OUTSIDE_MARK}"
+    if replayed(cell):
+        text += f" {REPLAYED_MARK}"
     if cell.finished:
         last, last_sd = cell.last_epochs
         text += f"; {last_label}: {last:.2f}" + ("" if last_sd is None else f" ± {last_sd:.2f}")
@@ -456,7 +464,9 @@ def render_table(table: int, rows: list[dict], cells: dict, profile: str, readin
     lines = [f"**{table_title(table, reading, mask_reading)}** — profile {profile_label(profile)}; "
              f"{seeds_label(filled)}. Test error %, paper / ours (ours − paper); last {k}: our mean "
              f"over the last {k} epochs (the paper reports the error after the last epoch); {OUTSIDE_MARK}: the "
-             f"paper's number lies outside our mean ± 2 combined standard errors.",
+             f"paper's number lies outside our mean ± 2 combined standard errors."
+             + (f" {REPLAYED_MARK}: a run of the cell was replayed from its recorded commit and agreed "
+                f"(verification.json)." if any(map(replayed, filled)) else ""),
              "", "| hidden | " + " | ".join(ROW_LABELS) + " |", "|---" * (len(ROW_LABELS) + 1) + "|"]
     for column in columns:
         entries = [_cell_text(by_cell[(column, label)], cells.get(cell_key(by_cell[(column, label)])), f"last {k}",

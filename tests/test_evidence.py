@@ -73,8 +73,10 @@ def test_a_replay_vouches_for_exactly_the_record_it_replayed(tmp_path, rows):
     run_dir, record = _finished(tmp_path, rows)
     (run_dir / EXECUTED_FILE).unlink()
     records.write_json(run_dir / VERIFICATION_FILE, _verification(run_dir))
-    [loaded] = load_results(tmp_path)
-    assert loaded["replayed"] and job_state(_job(run_dir, record)).state == "finished"
+    loaded = load_results(tmp_path)
+    assert loaded[0]["replayed"] and job_state(_job(run_dir, record)).state == "finished"
+    table = render_table(2, rows, table_cells(rows, loaded, "paper"), "paper")
+    assert "| 200 | 3.46 / 3.46 (+0.00) ⟲; last 10: 3.46 |" in table and "⟲: a run of the cell was replayed" in table
     records.write_json(run_dir / VERIFICATION_FILE, _verification(run_dir, "disagrees"))
     assert load_results(tmp_path).rejected["paper/binary-200"][0] == "unverified"
     records.write_json(run_dir / VERIFICATION_FILE, _verification(run_dir))
@@ -170,3 +172,16 @@ def test_the_upgrader_checks_every_file_before_writing_any_and_names_each_bad_on
     for name, why in [("text.json", "not JSON"), ("list.json", "not a run record"),
                       ("deep.json", "nested 100000 levels deep"), ("latin1.json", "not UTF-8")]:
         assert f"{tmp_path / name}: {why}" in message, message
+
+
+def test_papermill_writing_over_a_finished_runs_notebook_is_told_how_to_restore_it(tmp_path, rows):
+    """`papermill experiment.ipynb <run>/experiment.ipynb -p output_dir <run> -p epochs 1` has written its output
+    notebook over the run's before the notebook's folder cell runs; that cell's refusal says so and how to
+    restore it (the residual: the bytes are gone from the folder until restored from git)."""
+    run_dir, record = _finished(tmp_path, rows)
+    (run_dir / EXECUTED_FILE).write_text(json.dumps({"cells": [], "metadata": {}}))  # papermill's first write
+    with pytest.raises(folder.FinishedRunError) as info:
+        folder.check_output_dir(run_dir, {**record["parameters"], "epochs": 1})
+    message = str(info.value)
+    assert "finished run of other parameters" in message and "it has just replaced" in message
+    assert f"git restore --source=HEAD -- {run_dir / EXECUTED_FILE}" in message
