@@ -38,7 +38,7 @@ RESULTS := $(PROFILE)$(if $(filter-out mnist,$(DATASET)),-$(DATASET))
 RUNS_DIR ?= outputs/runs
 RUNS_PATH := $(abspath $(RUNS_DIR))
 
-.PHONY: reproduce lab demo benchmark binary-benchmark backprop test test-portability time-notebooks venv clean-venv
+.PHONY: reproduce lab demo benchmark binary-benchmark backprop verify test test-portability time-notebooks venv clean-venv
 
 reproduce: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) --dataset $(DATASET) \
@@ -63,6 +63,14 @@ lab: $(STAMP)
 # BENCHMARK_ARGS: more options of scripts/benchmark.py, e.g. "--seconds 0.2 --skip-epoch" for a short look.
 benchmark: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/benchmark.py --out $(BENCHMARK_OUT) $(BENCHMARK_ARGS)
+
+# Replay the first VERIFY_EPOCHS epochs of each run folder in RUNS from the commit it names, and compare with its
+# record (reproduction/verify.py); writes verification.json into each folder. E.g.
+# make verify RUNS="outputs/runs/paper/binary-200 outputs/runs/paper/real-1000"
+VERIFY_EPOCHS ?= 1
+verify: $(STAMP)
+	@test -n "$(RUNS)" || { echo 'usage: make verify RUNS="outputs/runs/paper/<run> ..." [VERIFY_EPOCHS=1]'; exit 2; }
+	$(THREADS_ENV) $(PYTHON) -m reproduction.verify $(RUNS) --epochs $(VERIFY_EPOCHS)
 
 # The backprop baseline (reproduction/backprop.py): every configuration on MNIST and Fashion-MNIST, skipping finished runs.
 backprop: $(STAMP)
@@ -138,6 +146,7 @@ make TARGET, where TARGET is one of (all but help and clean-venv first set up .v
   test-portability  the whole test suite under other OpenBLAS / numba / numpy kernels
   time-notebooks    each numbered notebook under strict nbval with a cold numba cache (writes .cache/notebook_times.json)
   lint              ruff over the code, tests and notebooks (the rules are in pyproject.toml; make test runs it)
+  verify            replay run records' first epochs from their commits: make verify RUNS="outputs/runs/paper/<run> ..."
   venv              create or update .venv only
   clean-venv        delete .venv
   help              this list (what `make` alone prints)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ebp_binary import PackedLayer, PackedNetwork, _check_local, n_words, pack_bits
-from ebp_checkpoint import array_headers
+from ebp_checkpoint import array_headers, loads_bounded
 
 FORMAT_NAME = "ebp-binary-packed"
 FORMAT_VERSION = 2  # 2: local layers store their patches only (1: a full-width mask plane; still read)
@@ -90,7 +90,7 @@ def _read_header(path, f, headers: dict) -> dict:
     if "header" not in headers:
         if "meta" in headers and "h0" in headers:
             try:
-                weights = json.loads(_read_text(path, f, headers, "meta"))["config"]["weights"]
+                weights = loads_bounded(_read_text(path, f, headers, "meta"))["config"]["weights"]
             except (PackedFormatError, ValueError, KeyError, TypeError):
                 weights = "unknown"
             why = (" A real-weight network cannot be packed: its EBP-D weights are the real means h, which have no "
@@ -100,7 +100,7 @@ def _read_header(path, f, headers: dict) -> dict:
                                     f"save_network), not a packed binary network.{why}")
         raise PackedFormatError(f"{path}: has no 'header' array; it was not written by ebp_binary_format.save_packed")
     try:
-        header = json.loads(_read_text(path, f, headers, "header"))
+        header = loads_bounded(_read_text(path, f, headers, "header"))
     except ValueError as e:
         if isinstance(e, PackedFormatError):
             raise

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -56,6 +57,28 @@ _UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib
 MAX_META_BYTES = 64 * 2 ** 20  # a checkpoint's JSON metadata (history, RNG state) is far below this
 
 
+MAX_JSON_DEPTH = 64  # nesting of any JSON the project writes: ~8 levels; Python's parser recurses ~1,000 deep
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def json_depth(data: bytes | str) -> int:
+    """How deeply the arrays and objects of the JSON text `data` nest, counted without parsing it (brackets
+    inside strings do not count), so that a text of a million '[' is refused before the parser recurses."""
+    data = data.encode() if isinstance(data, str) else data
+    code = np.frombuffer(_JSON_STRING.sub(b'""', data), dtype=np.uint8)
+    step = ((code == ord("[")) | (code == ord("{"))).astype(np.int64) - ((code == ord("]")) | (code == ord("}")))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def loads_bounded(text: str, max_depth: int = MAX_JSON_DEPTH):
+    """json.loads of a text nested at most `max_depth` deep (json_depth); ValueError otherwise."""
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise ValueError(f"its JSON is nested {depth} levels deep, more than the {max_depth} of anything the "
+                         f"project writes")
+    return json.loads(text)
+
+
 @contextlib.contextmanager
 def open_checkpoint(path):
     """The metadata (a dict), the arrays (read on access) and their headers (array_headers: shape, dtype and size of
@@ -68,7 +91,7 @@ def open_checkpoint(path):
             meta = headers.get("meta")
             if meta is None or meta[1].kind != "U" or meta[0] != () or meta[2] > MAX_META_BYTES:
                 raise ValueError(f"its 'meta' entry is missing or not a JSON text of at most {MAX_META_BYTES} bytes")
-            yield json.loads(str(f["meta"])), f, headers
+            yield loads_bounded(str(f["meta"])), f, headers
     except (FileNotFoundError, CheckpointError):
         raise
     except _UNREADABLE as err:

@@ -30,15 +30,13 @@ then the record says so.
 """
 from __future__ import annotations
 
-import io
-import json
 import math
 import time
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
+import ebp_checkpoint
 import ebp_data
 from reproduction import backprop_mlp as mlp
 from reproduction import records
@@ -257,39 +255,40 @@ def schedule_step(state: dict, validation_error: float, params: dict) -> bool:
 # Checkpoint: arrays and JSON text in one .npz, read without pickle and checked against the run
 # ----------------------------------------------------------------------------------------------------------
 
-class CheckpointError(ValueError):
+class CheckpointError(ebp_checkpoint.CheckpointError):
     """A checkpoint that cannot be read or does not belong to the run asking for it."""
 
 
 def save_checkpoint(path: Path, weights: dict, velocity: dict, state: dict) -> None:
-    """Weights, velocities and the schedule's state (JSON text, history included) in one .npz, atomically."""
-    arrays = {**{f"weights/{k}": v for k, v in weights.items()}, **{f"velocity/{k}": v for k, v in velocity.items()},
-              "state": np.array(json.dumps(state))}
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    records.write_atomically(path, buffer.getvalue())
+    """Weights, velocities and the schedule's state (its JSON metadata, history included) in one .npz, atomically
+    (ebp_checkpoint.write_checkpoint, the EBP checkpoints' format)."""
+    arrays = {**{f"weights/{k}": v for k, v in weights.items()}, **{f"velocity/{k}": v for k, v in velocity.items()}}
+    ebp_checkpoint.write_checkpoint(path, arrays, state)
 
 
 def load_checkpoint(path: Path, params: dict) -> tuple[dict, dict, dict]:
-    """(weights, velocity, schedule state) of `path`, checked against the run's parameters:
-    names, shapes, dtypes and finiteness of every array. Raises CheckpointError naming the file and the fault."""
+    """(weights, velocity, schedule state) of `path`, checked against the run's parameters: names, shapes and
+    dtypes of every array from their headers before any is read (ebp_checkpoint.open_checkpoint: a header that
+    declares a huge array allocates nothing), then finiteness. Raises CheckpointError naming the file and the
+    fault."""
     expected, _ = initial_state(params)
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            files = set(npz.files)
-            state = json.loads(str(npz["state"][()]))
-            groups = {g: {k: npz[f"{g}/{k}"] for k in expected if f"{g}/{k}" in files}
-                      for g in ("weights", "velocity")}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-        raise CheckpointError(f"{path}: unreadable checkpoint ({type(err).__name__}: {err})") from err
-    if not isinstance(state, dict) or state.get("parameters") != params:
-        raise CheckpointError(f"{path}: checkpoint of another run (its parameters differ from this run's)")
+        with ebp_checkpoint.open_checkpoint(path) as (state, npz, headers):
+            if not isinstance(state, dict) or state.get("parameters") != params:
+                raise CheckpointError(f"{path}: checkpoint of another run (its parameters differ from this run's)")
+            for group in ("weights", "velocity"):
+                for name, ref in expected.items():
+                    shape, dtype, _ = headers.get(f"{group}/{name}", (None, None, None))
+                    if shape != ref.shape or dtype != ref.dtype:
+                        raise CheckpointError(f"{path}: {group}/{name} is missing or has the wrong shape or dtype "
+                                              f"({dtype}{list(shape or [])}; expected {ref.dtype}{list(ref.shape)})")
+            groups = {g: {k: npz[f"{g}/{k}"] for k in expected} for g in ("weights", "velocity")}
+    except CheckpointError:
+        raise
+    except ebp_checkpoint.CheckpointError as err:
+        raise CheckpointError(f"{path}: unreadable checkpoint ({err})") from err
     for group, arrays in groups.items():
-        for name, ref in expected.items():
-            a = arrays.get(name)
-            if a is None or a.shape != ref.shape or a.dtype != ref.dtype:
-                raise CheckpointError(f"{path}: {group}/{name} is missing or has the wrong shape or dtype "
-                                      f"(expected {ref.dtype}{list(ref.shape)})")
+        for name, a in arrays.items():
             if not np.isfinite(a).all():
                 raise CheckpointError(f"{path}: {group}/{name} holds non-finite values")
     return groups["weights"], groups["velocity"], state

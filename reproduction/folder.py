@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import hashlib
 import json
 import os
 import re
@@ -40,12 +41,16 @@ from reproduction.parameters import (
 from reproduction.records import (
     ALLOW_DIRTY_VAR,
     HISTORY_ERRORS,
+    MAX_JSON_BYTES,
     RECORD_FORMAT,
     REPO,
+    JSONFileError,
+    NewerRecordError,
     RecordError,
     code_state,
     cpu_model,
     package_versions,
+    parse_json,
     read_record,
     record_problems,
     write_record,
@@ -58,6 +63,7 @@ CHECKPOINT_FILE = "checkpoint.npz"
 EXECUTED_FILE = "experiment.ipynb"
 LOCK_FILE = ".lock"
 CURVE_FILE = "learning_curve.png"
+VERIFICATION_FILE = "verification.json"  # a replay of the run's first epochs (reproduction.verify)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -318,9 +324,11 @@ TABLE_HEADER = re.compile(r"^\s*epoch\s+test EBP-P\s+test EBP-D\s+train EBP-P\s+
 def printed_lines(notebook: dict) -> list[str]:
     """Every line the code cells of an executed notebook (nbformat JSON) printed to stdout, in order."""
     lines = []
-    for cell in notebook.get("cells", []):
-        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
-            if output.get("output_type") == "stream" and output.get("name") == "stdout":
+    cells = notebook.get("cells") if isinstance(notebook, dict) else None
+    for cell in cells if isinstance(cells, list) else []:
+        outputs = cell.get("outputs") if isinstance(cell, dict) and cell.get("cell_type") == "code" else None
+        for output in outputs if isinstance(outputs, list) else []:
+            if isinstance(output, dict) and output.get("output_type") == "stream" and output.get("name") == "stdout":
                 text = output.get("text", "")
                 lines += ("".join(text) if isinstance(text, list) else str(text)).splitlines()
     return lines
@@ -412,41 +420,119 @@ def finished_run(out, result: dict | None, params: dict) -> tuple[str, str] | No
 def check_output_dir(out, params: dict) -> None:
     """Refuse, before any work, to train `params` into folder `out` when it holds a finished run (finished_run):
     FinishedRunError naming the folder and the parameters that differ, or saying there is nothing to do. An
-    unreadable result.json is refused too (RecordError naming it). The experiment notebook calls this after
-    locking its folder; the runner reaches the same verdict through job_state."""
+    unreadable result.json is refused too (RecordError naming it). When the finished run's executed notebook no
+    longer vouches for it (papermill writes its output notebook before the first cell runs, so a call writing
+    over the run's notebook has destroyed it by now), the refusal says so and how to restore it. The experiment
+    notebook calls this after locking its folder; the runner reaches the same verdict through job_state."""
     try:
         result = read_record(Path(out) / RESULT_FILE)
     except FileNotFoundError:
         return
     verdict = finished_run(out, result, params)
-    if verdict is not None:
-        raise FinishedRunError(verdict[1])
+    if verdict is None:
+        return
+    kind, problems = evidence_problems(result, read_bytes(Path(out) / RESULT_FILE),
+                                       read_bytes(Path(out) / EXECUTED_FILE),
+                                       read_bytes(Path(out) / VERIFICATION_FILE), out)
+    if problems:  # papermill writes its output notebook before this cell runs: over the run's, if told to
+        raise FinishedRunError(f"{verdict[1]}. WARNING: its executed notebook {Path(out) / EXECUTED_FILE} no longer "
+                               f"vouches for it ({kind}: {problems[0]}); if papermill was told to write its output "
+                               f"there, it has just replaced the finished run's notebook: "
+                               f"{restore_hint(out, EXECUTED_FILE)}")
+    raise FinishedRunError(verdict[1])
 
 
 @dataclass
 class RunState:
     """What a run's folder holds: state is new, partial, finished, stale (a finished run of other parameters,
-    left alone), corrupt (an unreadable checkpoint or result.json: `files`) or inconsistent (result.json disagrees
-    with itself, its checkpoint or its executed notebook: `problems`, each naming its field, and `files`);
-    epochs done."""
+    left alone), corrupt (an unreadable checkpoint or result.json: `files`), inconsistent (result.json disagrees
+    with itself, its checkpoint or its executed notebook: `problems`, each naming its field, and `files`),
+    unverified (a finished result.json without its evidence: evidence_problems) or newer (a record format newer
+    than this code: left alone); epochs done."""
     state: str
     epochs: int = 0
     problems: list = field(default_factory=list)
     files: list = field(default_factory=list)
 
 
-def read_notebook(path) -> dict | None:
-    """An executed notebook as JSON, or None if there is none or it cannot be parsed."""
+def sha256(data: bytes) -> str:
+    """The SHA-256 digest of `data`, in hex: how a record names the exact executed notebook that vouches for it."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def restore_hint(out, *names) -> str:
+    """How to get back what a run folder `out` had committed (git), or to vouch for its record by replaying it."""
+    paths = " ".join(str(Path(out) / name) for name in names)
+    return (f"restore the committed version (git restore --source=HEAD -- {paths}), or replay the run's first "
+            f"epochs to vouch for its record (python -m reproduction.verify {out})")
+
+
+def verification_problems(result_text: bytes, verification: bytes | None, where) -> list[str]:
+    """Why the verification record `verification` (the bytes of VERIFICATION_FILE at `where`, None if there is
+    none) does not vouch for the run record whose exact bytes are `result_text`: none, unreadable, about another
+    record (its result_sha256), or its replay disagreed. Empty if it vouches for it."""
+    if verification is None:
+        return [f"{VERIFICATION_FILE}: there is none"]
     try:
-        return json.loads(Path(path).read_bytes())
-    except (OSError, ValueError):
+        data = parse_json(verification, where)
+    except JSONFileError as err:
+        return [f"{VERIFICATION_FILE}: {err}"]
+    if not isinstance(data, dict):
+        return [f"{VERIFICATION_FILE}: not a verification record"]
+    if data.get("result_sha256") != sha256(result_text):
+        return [f"{VERIFICATION_FILE}: it verified another {RESULT_FILE} (its result_sha256 is not this file's "
+                f"digest): the record changed since it was replayed"]
+    if data.get("verdict") not in ("exact", "agrees"):
+        return [f"{VERIFICATION_FILE}: its replay {data.get('verdict', 'gave no verdict')!r}"]
+    return []
+
+
+def evidence_problems(result: dict, result_text: bytes, notebook: bytes | None, verification: bytes | None,
+                      out) -> tuple[str, list[str]]:
+    """Whether a finished EBP run record (`result`, whose exact bytes are `result_text`) in folder `out` has its
+    evidence: its executed notebook (`notebook`, bytes; None if missing), the one it records (notebook_sha256)
+    and printing what the record holds (notebook_problems), or else a verification record that vouches for it
+    (`verification`, verification_problems). Returns (kind, problems): ('notebook' or 'replayed', []) when it has;
+    ('inconsistent', ...) when the notebook disagrees, was replaced or cannot be read; ('unverified', ...) when
+    there is neither. Each problem names the file, and says how to restore it or re-verify the record."""
+    where = Path(out) / EXECUTED_FILE
+    replayed = not verification_problems(result_text, verification, Path(out) / VERIFICATION_FILE)
+    if notebook is None:
+        if replayed:
+            return "replayed", []
+        recorded = " (result.json records its digest)" if result.get("notebook_sha256") else ""
+        return "unverified", [f"{EXECUTED_FILE}: the executed notebook, the evidence of this finished run, is "
+                              f"missing{recorded}, and no {VERIFICATION_FILE} vouches for {RESULT_FILE}: it is "
+                              f"not published; {restore_hint(out, EXECUTED_FILE)}"]
+    digest = result.get("notebook_sha256")
+    if digest is not None and digest != sha256(notebook):
+        return "inconsistent", [f"{EXECUTED_FILE}: replaced after the run finished (its digest is not the "
+                                f"notebook_sha256 {RESULT_FILE} records); {restore_hint(out, EXECUTED_FILE)}"]
+    try:
+        parsed = parse_json(notebook, where)
+    except JSONFileError as err:
+        return "inconsistent", [f"{EXECUTED_FILE}: {err}; {restore_hint(out, EXECUTED_FILE)}"]
+    problems = notebook_problems(result, parsed if isinstance(parsed, dict) else {}, RESULT_FILE, EXECUTED_FILE)
+    if problems:
+        return "inconsistent", problems + [f"to repair: {restore_hint(out, EXECUTED_FILE, RESULT_FILE)}"]
+    return ("replayed" if replayed else "notebook"), []
+
+
+def read_bytes(path) -> bytes | None:
+    """The bytes of file `path` (at most records.MAX_JSON_BYTES + 1 of them), None if there is none."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
         return None
 
 
 def job_state(job: dict) -> RunState:
     """The state of a job's output folder (reads result.json, the whole checkpoint and the executed notebook,
-    never writes). A finished result is checked against the checkpoint beside it, if any, and against the final
-    lines its executed notebook printed: any disagreement makes the run inconsistent, never finished."""
+    never writes). A finished result is checked against the checkpoint beside it, if any, and must have its
+    evidence (evidence_problems): the executed notebook that printed what it holds, or a replay that vouches for
+    it; any disagreement makes the run inconsistent, no evidence unverified, never finished. A record of a newer
+    format than this code reads is `newer`, left alone."""
     out = Path(job["output_dir"])
     result_path, checkpoint, executed = out / RESULT_FILE, out / CHECKPOINT_FILE, out / EXECUTED_FILE
     result = meta = None
@@ -455,6 +541,8 @@ def job_state(job: dict) -> RunState:
         result = read_record(result_path)
     except FileNotFoundError:
         pass
+    except NewerRecordError as err:
+        return RunState("newer", 0, [str(err)], [result_path])
     except RecordError as err:
         corrupt.append((result_path, str(err)))
     if checkpoint.exists():
@@ -477,11 +565,12 @@ def job_state(job: dict) -> RunState:
         problems += mine
         files |= {checkpoint, *([result_path] if result is not None else [])} if mine else set()
     if result is not None and result["finished"] and not problems:
-        notebook = read_notebook(executed)
-        if notebook is not None:
-            theirs = notebook_problems(result, notebook, RESULT_FILE, EXECUTED_FILE)
-            problems += theirs
-            files |= {result_path, executed} if theirs else set()
+        kind, theirs = evidence_problems(result, read_bytes(result_path), read_bytes(executed),
+                                         read_bytes(out / VERIFICATION_FILE), out)
+        if kind == "unverified":
+            return RunState("unverified", 0, theirs, [result_path])
+        problems += theirs
+        files |= {result_path, executed} if theirs else set()
     if problems:
         return RunState("inconsistent", 0, problems, sorted(files, key=[result_path, checkpoint, executed].index))
     verdict = finished_run(out, result, job["parameters"])

@@ -18,10 +18,13 @@ import io
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+
+from ebp_checkpoint import MAX_JSON_DEPTH, json_depth
 
 REPO = Path(__file__).resolve().parents[1]  # the repository: git_state's default and the runs' home
 
@@ -271,6 +274,60 @@ class RecordError(ValueError):
     the wrong type. The message names the file and the field."""
 
 
+class NewerRecordError(RecordError):
+    """A record of a format newer than this code's (RECORD_FORMAT): written by a newer version of the project. It
+    is refused and left alone, never taken for a corrupt file."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading JSON the project wrote: bounded before parsing, every failure naming the file
+# ----------------------------------------------------------------------------------------------------------
+
+# Far above any file the project writes (a 120-epoch record is ~30 kB, an executed notebook with its figure ~200 kB,
+# nesting at most ~8 levels), far below what would exhaust memory or Python's recursion limit (about 1,000 levels).
+MAX_JSON_BYTES = 64 * 2 ** 20
+
+
+class JSONFileError(ValueError):
+    """A JSON file the project wrote that cannot be read: too large, nested too deep, not UTF-8 or not JSON. The
+    message names the file."""
+
+
+def parse_json(data: bytes | str, where, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH):
+    """The JSON text `data` (of the file `where`) parsed, once its size and nesting are known to be within
+    `max_bytes` and `max_depth`; JSONFileError naming `where` if it is not (too large, too deep, not UTF-8, not
+    JSON)."""
+    data = data.encode() if isinstance(data, str) else data
+    if len(data) > max_bytes:
+        raise JSONFileError(f"{where}: {len(data):,} bytes, more than the {max_bytes:,} of any file the project "
+                            f"writes; not read")
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise JSONFileError(f"{where}: nested {depth} levels deep, more than the {max_depth} of any file the "
+                            f"project writes; not read")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise JSONFileError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise JSONFileError(f"{where}: not JSON ({err})") from None
+
+
+def read_json(path, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH):
+    """The JSON file `path` parsed (parse_json), reading at most `max_bytes` + 1 bytes of it; JSONFileError naming
+    the file if it cannot be read or is not bounded JSON, FileNotFoundError if there is none."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise JSONFileError(f"{path}: cannot be read ({err.strerror or err})") from None
+    return parse_json(data, path, max_bytes, max_depth)
+
+
 def _type_ok(value, kind) -> bool:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if isinstance(value, bool) and bool not in kinds:  # True is an int to Python, not to a record
@@ -314,6 +371,10 @@ def check_record_fields(data, where) -> dict:
     else RecordError naming `where` and the field."""
     if not isinstance(data, dict):
         raise RecordError(f"{where}: not a run record (a JSON {type(data).__name__}, not an object)")
+    if _type_ok(data.get("format"), int) and data["format"] > RECORD_FORMAT:
+        raise NewerRecordError(f"{where}: this record was written by a newer version of the project (record format "
+                               f"{data['format']}; this code reads up to {RECORD_FORMAT}); it is left alone: update "
+                               f"the code (git pull) to read it")
     if data.get("format") != RECORD_FORMAT:
         raise RecordError(f"{where}: format {data.get('format')!r} is not a run record format this code reads "
                           f"({RECORD_FORMAT}, or older ones upgrade_record knows)")
@@ -325,6 +386,9 @@ def check_record_fields(data, where) -> dict:
             raise RecordError(f"{where}: field {name} is missing")
         if not _type_ok(data[name], kind):
             raise RecordError(f"{where}: field {name} is a {type(data[name]).__name__} ({data[name]!r:.60})")
+    digest = data.get("notebook_sha256")  # optional: the executed notebook of a finished run (runner.run_job)
+    if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+        raise RecordError(f"{where}: field notebook_sha256 is not a SHA-256 digest ({digest!r:.60})")
     for i, entry in enumerate(data["history"]):
         if not isinstance(entry, dict) or not _type_ok(entry.get("epoch"), int):
             raise RecordError(f"{where}: history[{i}] is not an epoch record")
@@ -343,9 +407,9 @@ def parse_record(text: str | bytes, where) -> dict:
     (check_record_fields); RecordError naming `where` if it is not one. Consistency between fields is
     record_problems' job."""
     try:
-        data = json.loads(text)
-    except ValueError as err:
-        raise RecordError(f"{where}: not JSON ({err})") from None
+        data = parse_json(text, where)
+    except JSONFileError as err:
+        raise RecordError(str(err)) from None
     return check_record_fields(upgrade_record(data) if isinstance(data, dict) else data, where)
 
 
@@ -353,7 +417,8 @@ def read_record(path) -> dict:
     """The run record in file `path` (parse_record); RecordError naming the file if it cannot be read or is not
     a record, FileNotFoundError if there is none."""
     try:
-        text = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            text = f.read(MAX_JSON_BYTES + 1)
     except FileNotFoundError:
         raise
     except OSError as err:
@@ -408,20 +473,32 @@ def write_record(path, data: dict, problems) -> None:
 def upgrade_files(paths, problems, echo=print) -> list[Path]:
     """Rewrite each result.json among `paths` that is of an older format as the current one (upgrade_record), after
     checking the upgraded record (`problems`: a record's consistency check, as for write_record); the files
-    already current are left as they are. Returns the rewritten paths."""
-    rewritten = []
-    missing = [str(path) for path in map(Path, paths) if not path.is_file()]
-    if missing:
-        raise RecordError("no such result file (nothing rewritten): " + ", ".join(missing))
+    already current are left as they are. Every file is read and checked before any is written: RecordError naming
+    each bad file (missing, unreadable, not a record, inconsistent once upgraded), and nothing rewritten. Returns
+    the rewritten paths."""
+    upgraded, bad = {}, []
     for path in map(Path, paths):
-        data = json.loads(path.read_text())
-        if isinstance(data, dict) and data.get("format") == RECORD_FORMAT:
-            continue
-        upgraded = check_record_fields(upgrade_record(data), path)
-        found = problems(upgraded)
-        if found:
-            raise RecordError(f"{path}: inconsistent after upgrading, left as it was: " + "; ".join(found))
-        write_json(path, upgraded)
-        rewritten.append(path)
+        try:
+            data = parse_json(path.read_bytes(), path) if path.is_file() else None
+            if data is None:
+                bad.append(f"{path}: no such result file")
+                continue
+            if isinstance(data, dict) and data.get("format") == RECORD_FORMAT:
+                continue
+            record = check_record_fields(upgrade_record(data) if isinstance(data, dict) else data, path)
+            found = problems(record)
+            if found:
+                bad.append(f"{path}: inconsistent after upgrading: " + "; ".join(found))
+                continue
+            upgraded[path] = record
+        except (RecordError, JSONFileError) as err:
+            bad.append(str(err))
+        except OSError as err:
+            bad.append(f"{path}: cannot be read ({err.strerror or err})")
+    if bad:
+        raise RecordError(f"{len(bad)} of {len(paths)} files cannot be upgraded, so none was rewritten:\n  "
+                          + "\n  ".join(bad))
+    for path, record in upgraded.items():
+        write_json(path, record)
         echo(f"upgraded {path} to format {RECORD_FORMAT}")
-    return rewritten
+    return list(upgraded)

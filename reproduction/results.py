@@ -7,7 +7,6 @@ render_dataset_table the same table on MNIST beside Fashion-MNIST (runs in outpu
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -23,19 +22,20 @@ from reproduction.folder import (
     EXECUTED_FILE,
     RESULT_FILE,
     RUNS_DIR,
+    VERIFICATION_FILE,
     checkpoint_problems,
     ebp_record_problems,
-    notebook_problems,
+    evidence_problems,
     results_folder,
     run_key,
     split_results_folder,
 )
 from reproduction.paper_tables import ROW_LABELS, TABLE_TITLES
 from reproduction.parameters import DROPOUT_READINGS, MASK_READINGS, profile_label
-from reproduction.records import RecordError, parse_record, upgrade_files
+from reproduction.records import MAX_JSON_BYTES, NewerRecordError, RecordError, parse_record, upgrade_files
 
 
-def _committed_files(runs_dir, names=(RESULT_FILE, EXECUTED_FILE)) -> dict[str, bytes]:
+def _committed_files(runs_dir, names=(RESULT_FILE, EXECUTED_FILE, VERIFICATION_FILE)) -> dict[str, bytes]:
     """{path relative to runs_dir: contents} of every file named one of `names` committed in a run folder
     <runs_dir>/<folder>/<run>/ (HEAD's version)."""
     runs_dir = Path(runs_dir).resolve()
@@ -71,7 +71,9 @@ def record_problems(record: dict) -> list[str]:
 class Results(list):
     """What load_results read: the usable run records (a list), and `rejected`, {run folder relative to the runs
     folder, e.g. 'paper/binary-200': (kind, why)} for every result.json that no table may use: kind 'unreadable'
-    (not a run record) or 'inconsistent' (at odds with itself, its checkpoint or its executed notebook)."""
+    (not a run record), 'inconsistent' (at odds with itself, its checkpoint or its executed notebook),
+    'unverified' (a finished run without its executed notebook or a replay vouching for it) or 'newer-format'
+    (written by a newer version of the project)."""
 
     def __init__(self, records=(), rejected=None):
         super().__init__(records)
@@ -80,31 +82,32 @@ class Results(list):
 
 def _disk_files(runs_dir) -> dict[str, bytes | OSError]:
     """{path relative to runs_dir: contents} of every result.json in a run folder under runs_dir (the OSError for
-    one that cannot be read), and of the executed notebook beside it if it can be read."""
+    one that cannot be read), and of the executed notebook and verification record beside it if they can be read
+    (at most MAX_JSON_BYTES + 1 bytes of each: the parser refuses more)."""
     out = {}
     for path in Path(runs_dir).glob(f"*/*/{RESULT_FILE}"):
-        for name in (RESULT_FILE, EXECUTED_FILE):
+        for name in (RESULT_FILE, EXECUTED_FILE, VERIFICATION_FILE):
             try:
-                out[path.with_name(name).relative_to(runs_dir).as_posix()] = path.with_name(name).read_bytes()
+                with open(path.with_name(name), "rb") as f:
+                    out[path.with_name(name).relative_to(runs_dir).as_posix()] = f.read(MAX_JSON_BYTES + 1)
             except OSError as err:
                 if name == RESULT_FILE:
                     out[path.relative_to(runs_dir).as_posix()] = err
     return out
 
 
-def _problems(result: dict, notebook: bytes | None, run_path: Path) -> list[str]:
-    """Whatever makes a run record unusable: record_problems, and for a finished run what its executed notebook
-    printed and, on disk, a checkpoint left beside it (reproduction.folder)."""
+def _problems(result: dict, files: dict, run_path: Path, run: str) -> tuple[str, list[str]]:
+    """(kind, problems) of a run record: ('inconsistent', ...) for record_problems, and for a finished EBP run
+    what its executed notebook printed and, on disk, a checkpoint left beside it (reproduction.folder);
+    ('unverified', ...) for a finished EBP run without its evidence (folder.evidence_problems); else ('replayed'
+    or 'notebook', []) for a finished EBP run, ('ok', []) for the others."""
     problems = [f"{RESULT_FILE}: {p}" for p in record_problems(result)]
-    if problems or result["method"] != "ebp" or not result["finished"]:
-        return problems
-    if notebook is not None:
-        try:
-            parsed = json.loads(notebook)
-        except ValueError:
-            parsed = None
-        if parsed is not None:
-            problems += notebook_problems(result, parsed, RESULT_FILE, EXECUTED_FILE)
+    if problems:
+        return "inconsistent", problems
+    if result["method"] != "ebp" or not result["finished"]:
+        return "ok", []
+    kind, problems = evidence_problems(result, files[f"{run}/{RESULT_FILE}"], files.get(f"{run}/{EXECUTED_FILE}"),
+                                       files.get(f"{run}/{VERIFICATION_FILE}"), run_path)
     checkpoint = run_path / CHECKPOINT_FILE
     if checkpoint.is_file():
         try:
@@ -112,8 +115,9 @@ def _problems(result: dict, notebook: bytes | None, run_path: Path) -> list[str]
         except ebp_checkpoint.CheckpointError:
             meta = None
         if meta is not None:
-            problems += checkpoint_problems(result, meta, RESULT_FILE, CHECKPOINT_FILE)
-    return problems
+            theirs = checkpoint_problems(result, meta, RESULT_FILE, CHECKPOINT_FILE)
+            kind, problems = ("inconsistent", problems + theirs) if theirs else (kind, problems)
+    return kind, problems
 
 
 def load_results(runs_dir=RUNS_DIR, committed_only: bool = False) -> Results:
@@ -144,14 +148,18 @@ def load_results(runs_dir=RUNS_DIR, committed_only: bool = False) -> Results:
             if isinstance(files[relative], OSError):
                 raise RecordError(f"{run_path / RESULT_FILE}: cannot be read ({files[relative].strerror})")
             result = parse_record(files[relative], run_path / RESULT_FILE)
+        except NewerRecordError as err:
+            rejected[f"{folder}/{run}"] = ("newer-format", str(err))
+            continue
         except RecordError as err:
             rejected[f"{folder}/{run}"] = ("unreadable", str(err))
             continue
-        problems = _problems(result, files.get(f"{folder}/{run}/{EXECUTED_FILE}"), run_path)
+        kind, problems = _problems(result, files, run_path, f"{folder}/{run}")
         if problems:
-            rejected[f"{folder}/{run}"] = ("inconsistent", "; ".join(problems))
+            rejected[f"{folder}/{run}"] = (kind, "; ".join(problems))
             continue
         if result["epochs_done"]:
+            result["replayed"] = kind == "replayed"
             result["profile"], result["run_dir"] = split_results_folder(folder)[0], f"{folder}/{run}"
             check_results_folder(result, folder, run_path / RESULT_FILE)
             out.append(result)
@@ -186,7 +194,9 @@ READING_TITLES = {"sampled": "sampled dropout: Bernoulli masks on the inputs and
                   "analytic": "analytic dropout: the input's variance term only (the authors' code)"}
 MASK_TITLES = {"absent": "weights outside each unit's block absent",
                "held": "weights outside each unit's block held at h = 0 (the paper's full matrix)"}
-REJECTED_KINDS = ("unreadable", "inconsistent")  # why load_results rejects a result.json (Results.rejected)
+# Why load_results rejects a result.json (Results.rejected): not a record, at odds with itself or its evidence, a
+# finished run without its evidence (folder.evidence_problems), a record format newer than this code.
+REJECTED_KINDS = ("unreadable", "inconsistent", "unverified", "newer-format")
 TEST_IMAGES = 10000     # every error is a fraction of the 10,000 test images (MNIST and Fashion-MNIST alike)
 LAST_EPOCHS = 10        # the last-epochs mean beside the paper's rule (the error after the last epoch)
 
@@ -398,6 +408,12 @@ def paper_band(row: dict, cell: Cell | None, spreads: dict | None = None) -> dic
 
 
 OUTSIDE_MARK = "†"  # a rendered cell whose paper number lies outside our band (paper_band)
+REPLAYED_MARK = "⟲"  # a rendered cell with a run whose first epochs were replayed and agreed (reproduction.verify)
+
+
+def replayed(cell: Cell | None) -> bool:
+    """Whether a run the cell pools was replayed (its verification.json vouches for its record)."""
+    return cell is not None and any(r.get("replayed") for r in cell.pooled)
 
 
 def _rejected_text(cell: Cell | None, refused: list[tuple]) -> str:
@@ -422,6 +438,8 @@ def _cell_text(row: dict, cell: Cell | None, last_label: str, refused: list[tupl
     text += f" ({cell.mean - paper:+.2f})"
     if (paper_band(row, cell, spreads) or {}).get("outside"):
         text += f" {OUTSIDE_MARK}"
+    if replayed(cell):
+        text += f" {REPLAYED_MARK}"
     if cell.finished:
         last, last_sd = cell.last_epochs
         text += f"; {last_label}: {last:.2f}" + ("" if last_sd is None else f" ± {last_sd:.2f}")
@@ -449,7 +467,9 @@ def render_table(table: int, rows: list[dict], cells: dict, profile: str, readin
              f"{seeds_label(filled)}. Test error %, paper / ours (ours − paper); last {k}: our mean "
              f"over the last {k} epochs (the paper reports the error after the last epoch); {OUTSIDE_MARK}: the "
              f"paper's number lies outside our {band.LEVEL:.0%} prediction band for one more run (t·s·sqrt(1 + 1/n),"
-             f" s pooled over the row's cells of this table).",
+             f" s pooled over the row's cells of this table)."
+             + (f" {REPLAYED_MARK}: a run of the cell was replayed from its recorded commit and agreed "
+                f"(verification.json)." if any(map(replayed, filled)) else ""),
              "", "| hidden | " + " | ".join(ROW_LABELS) + " |", "|---" * (len(ROW_LABELS) + 1) + "|"]
     for column in columns:
         entries = [_cell_text(by_cell[(column, label)], cells.get(cell_key(by_cell[(column, label)])), f"last {k}",

@@ -24,12 +24,14 @@ from reproduction.folder import (
     RESULT_FILE,
     RunBusyError,
     UnsafeLockError,
+    ebp_record_problems,
     is_locked,
     job_state,
     move_aside,
     open_output_dir,
     read_result,
     remove_temporaries,
+    sha256,
 )
 from reproduction.parameters import (
     FULL_TRAIN,
@@ -39,7 +41,11 @@ from reproduction.parameters import (
     same_configuration,
     validate_parameters,
 )
-from reproduction.records import describe_error, write_atomically
+from reproduction.records import RecordError, describe_error, read_record, write_atomically, write_record
+
+# The states of a run folder (folder.job_state) that a batch leaves alone and reports: a finished run that
+# disagrees with its evidence, of other parameters, without its evidence, or of a record format newer than this code.
+LEFT_ALONE = ("inconsistent", "stale", "unverified", "newer")
 
 # Set to one thread in every notebook kernel: a batch runs one job per core.
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
@@ -86,7 +92,8 @@ def run_job(job: dict) -> dict:
     outcome = {"key": job["key"], "notebook": str(executed), "host": socket.gethostname()}
 
     def failed(error):
-        return {**outcome, "status": "failed", "error": error, "seconds": time.time() - start}
+        return {**outcome, "status": "failed", "error": error, "notebook": notebook_of(job),
+                "seconds": time.time() - start}
 
     try:
         validate_parameters(job["parameters"])  # unknown or invalid parameters fail before any work
@@ -138,9 +145,23 @@ def run_job(job: dict) -> dict:
                       f"(the folder's state: {state.state})")
     (out / CHECKPOINT_FILE).unlink(missing_ok=True)  # checked: it agrees with the finished result
     (out / LOCK_FILE).unlink(missing_ok=True)  # released when the kernel ended; nothing to keep
-    result = read_result(out)
+    try:
+        result = record_notebook_digest(out)
+    except (OSError, RecordError) as err:
+        return failed(f"{describe_error(err, out / RESULT_FILE)}; the run finished, but {RESULT_FILE} does not "
+                      f"record its notebook's digest")
     return {**outcome, "status": "finished", "epochs": result["epochs_done"], "final": result["final"],
             "seconds": time.time() - start}
+
+
+def record_notebook_digest(out: Path) -> dict:
+    """Add the SHA-256 of a finished run's executed notebook to its result.json (notebook_sha256), so that a
+    notebook replaced afterwards (papermill writing over it, say) is named as replaced (folder.evidence_problems);
+    returns the record."""
+    result = read_record(out / RESULT_FILE)
+    result["notebook_sha256"] = sha256((out / EXECUTED_FILE).read_bytes())
+    write_record(out / RESULT_FILE, result, ebp_record_problems)
+    return result
 
 
 def notebook_parameters(job: dict) -> dict:
@@ -179,7 +200,7 @@ def prepare_locked(job: dict) -> dict:
         # a finished run has no further use
         (out / CHECKPOINT_FILE).unlink(missing_ok=True)
         return {"status": "skipped", "epochs": state.epochs, "final": read_result(out)["final"], **notes}
-    if state.state in ("inconsistent", "stale"):
+    if state.state in LEFT_ALONE:
         return {"status": state.state, "error": "; ".join(state.problems), "files": [str(f) for f in state.files],
                 **notes}
     remove_temporaries(out)
@@ -278,7 +299,7 @@ def plan_batch(jobs: list[dict], echo=print) -> tuple[dict, list[dict]]:
         elif is_locked(out):
             outcomes[job["key"]] = {"key": job["key"], "status": "busy",
                                     "error": "another process is training this run now"}
-        elif state.state in ("inconsistent", "stale"):
+        elif state.state in LEFT_ALONE:
             outcomes[job["key"]] = {"key": job["key"], "status": state.state,
                                     "error": "; ".join(state.problems), "files": [str(f) for f in state.files]}
             echo(f"  {job['key']}: {state.state}, left alone ({'; '.join(state.problems)}; files: "
@@ -292,7 +313,8 @@ def plan_batch(jobs: list[dict], echo=print) -> tuple[dict, list[dict]]:
             echo(f"  {job['key']}: {note}")
     count = lambda *statuses: sum(o["status"] in statuses for o in outcomes.values())  # noqa: E731
     echo(f"{len(jobs)} runs selected: {count('skipped')} already finished (skipped), {count('busy')} busy "
-         f"elsewhere, {count('inconsistent', 'stale')} inconsistent or stale (left alone), {len(todo)} to run")
+         f"elsewhere, {count(*LEFT_ALONE)} inconsistent, stale, unverified or of a newer format (left alone), "
+         f"{len(todo)} to run")
     return outcomes, todo
 
 
@@ -464,7 +486,7 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
 
     def fail(job, error):
         outcomes[job["key"]] = {"key": job["key"], "status": "failed", "error": error,
-                                "notebook": str(Path(job["output_dir"]) / EXECUTED_FILE)}
+                                "notebook": notebook_of(job)}
         echo(f"  {job['key']}: failed ({error})")
 
     def running_jobs():
@@ -493,12 +515,12 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
                     answers = answers if isinstance(answers, list) else [answers]
                 except Exception as err:
                     answers = [{"key": job["key"], "status": "failed", "error": f"worker error: {describe_error(err)}",
-                                "notebook": str(Path(job["output_dir"]) / EXECUTED_FILE)} for job in task]
+                                "notebook": notebook_of(job)} for job in task]
                 for job, outcome in zip(task, answers):
                     outcomes[job["key"]] = outcome
                     echo(f"  {job['key']}: {outcome['status']}"
                          + (f" ({outcome['note']})" if outcome.get("note") else "")
-                         + (f" ({outcome['error']})" if outcome["status"] in ("failed", "inconsistent", "stale")
+                         + (f" ({outcome['error']})" if outcome["status"] in ("failed", *LEFT_ALONE)
                             else ""))
                 changed = True
             now = time.time()
@@ -506,10 +528,12 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
                 task, limit = running.pop(future), deadlines[future][1]
                 future.cancel()
                 for job in task:
+                    origin = ("given by --run-timeout" if run_timeout_s else
+                              "from its cost estimate; --run-timeout changes it")
                     fail(job, f"no answer from its Dask worker within {format_seconds(limit)} (the timeout of this "
-                              f"{'group' if len(task) > 1 else 'run'}, from its cost estimate; --run-timeout changes "
-                              f"it): the worker hung, died or was lost; if it is still training, it holds the run's "
-                              f"lock and a later batch resumes the run")
+                              f"{'group' if len(task) > 1 else 'run'}, {origin}): the worker hung, died or was "
+                              f"lost; if it is still training, it holds the run's lock and a later batch resumes "
+                              f"the run")
                 changed = True
             if workers is not None and now - checked >= 5:  # an existing cluster: is anyone left to run them?
                 checked = now
@@ -555,12 +579,18 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
     return [outcomes[j["key"]] for j in jobs]
 
 
+def notebook_of(job: dict) -> str:
+    """The executed notebook to read for a failed job: its run's, or a note that there is none yet."""
+    executed = Path(job["output_dir"]) / EXECUTED_FILE
+    return str(executed) if executed.exists() else f"none yet ({executed} was not written)"
+
+
 def exit_status(outcomes: list[dict]) -> int:
-    """130 if interrupted, 1 if a run failed or was left alone as inconsistent or stale, else 0 (skipped and
-    busy runs are not failures)."""
+    """130 if interrupted, 1 if a run failed or was left alone (LEFT_ALONE), else 0 (skipped and busy runs are
+    not failures)."""
     if any(o["status"] == "interrupted" for o in outcomes):
         return 130
-    return 1 if any(o["status"] in ("failed", "inconsistent", "stale") for o in outcomes) else 0
+    return 1 if any(o["status"] in ("failed", *LEFT_ALONE) for o in outcomes) else 0
 
 
 def summary(jobs: list[dict], outcomes: list[dict]) -> str:
@@ -574,7 +604,7 @@ def summary(jobs: list[dict], outcomes: list[dict]) -> str:
         lines.append(f"{job['key']:<32} {o['status']:<12} {o.get('epochs', '-')!s:>6} {p:>8} {d:>8}  "
                      f"{'; '.join(job['rows'])}")
     counts = {s: sum(o["status"] == s for o in outcomes) for s in
-              ("finished", "skipped", "failed", "inconsistent", "stale", "busy", "interrupted")}
+              ("finished", "skipped", "failed", *LEFT_ALONE, "busy", "interrupted")}
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "nothing to do")
     for o in outcomes:
         if o.get("note"):
@@ -586,6 +616,6 @@ def summary(jobs: list[dict], outcomes: list[dict]) -> str:
             lines.append(f"INCONSISTENT {o['key']}: {o.get('error', '?')}\n       files: "
                          f"{', '.join(o.get('files', []))}\n       none is touched: restore the result that "
                          f"matches the others, or move the run's folder aside to retrain it")
-        if o["status"] == "stale":
-            lines.append(f"STALE {o['key']}: {o.get('error', '?')}")
+        if o["status"] in ("stale", "unverified", "newer"):
+            lines.append(f"{o['status'].upper()} {o['key']}: {o.get('error', '?')}")
     return "\n".join(lines)

@@ -44,7 +44,9 @@ finished (skipped); stale (a finished run of other parameters: left alone, never
 away to train this run there); corrupt (its checkpoint or result.json cannot be read: when the batch runs, the file
 is moved aside to <name>.corrupt-<UTC time> and the run restarts without it); inconsistent (result.json disagrees
 with itself, with checkpoint.npz or with what its executed notebook printed, e.g. an edited result: the field and
-the files are named, nothing is touched or trained).
+the files are named, nothing is touched or trained); unverified (a finished result.json without its evidence: no
+executed notebook and no verification.json from `python -m reproduction.verify`; left alone, and not published);
+newer (a result.json written by a newer version of the project: left alone).
 
 Results: outputs/runs/<profile>[-<dataset>]/<run>[-seed<N>]/{experiment.ipynb, result.json, learning_curve.png}
 and, while a run is unfinished, checkpoint.npz (deleted once the finished result, the checkpoint and the executed
@@ -52,7 +54,7 @@ notebook have been checked to agree); -<dataset> only for data sets other than
 MNIST (e.g. paper-fashion-mnist), so the MNIST folders keep their names and two data sets never share a folder.
 
 Exit status: 0 when every selected run finished, was skipped, or is busy in another process (a run another
-runner is training is not a failure); 1 if a run failed or was left alone as inconsistent or stale; 2 for a bad
+runner is training is not a failure); 1 if a run failed or was left alone (inconsistent, stale, unverified, newer); 2 for a bad
 command line; 130 if interrupted.
 """
 
@@ -151,7 +153,7 @@ def list_jobs(jobs: list[dict]) -> None:
     for job in jobs:
         state = folder.job_state(job)
         name = state.state
-        if name not in ("finished", "inconsistent", "stale") and folder.is_locked(job["output_dir"]):
+        if name not in ("finished", *runner.LEFT_ALONE) and folder.is_locked(job["output_dir"]):
             name = "running"
         print(f"{job['key']:<32} {name:<12} {state.epochs:>3}/{job['parameters']['epochs']} epochs  "
               f"{'; '.join(job['rows'])}")

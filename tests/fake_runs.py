@@ -44,9 +44,26 @@ def cell_row(rows, table, label, column):
     return next(r for r in rows if (r["table"], r["row"], r["column"]) == (table, label, column))
 
 
-def write_result(runs_dir, key, result):
-    """Write `result` (less its `profile`) as outputs/runs/<its profile>/<key>/result.json under runs_dir."""
+def fake_notebook(result: dict) -> dict:
+    """An executed experiment notebook (nbformat JSON) printing what the notebook prints of a finished run
+    `result`: its table of errors after every epoch and its final line, with papermill's parameters."""
+    rows = ["epoch  test EBP-P  test EBP-D  train EBP-P  train EBP-D"]
+    rows += [f"{r['epoch']:>5} " + " ".join(folder.percent(r[k]) for k in records.HISTORY_ERRORS["ebp"])
+             for r in result["history"]]
+    final = result["final"]
+    line = (f"final test error after {result['epochs_done']} epochs on {result['n_train_images']:,} images: "
+            f"EBP-P {folder.percent(final['test_ebp_p'])}%, EBP-D {folder.percent(final['test_ebp_d'])}% "
+            f"(protocol: {result['protocol']}, finished: {result['finished']})")
+    return {"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stdout",
+                                                         "text": "\n".join(rows + [line]) + "\n"}]}],
+            "metadata": {"papermill": {"parameters": {**result["parameters"]}}}, "nbformat": 4}
+
+
+def write_result(runs_dir, key, result, notebook=True):
+    """Write `result` (less its `profile`) as outputs/runs/<its profile>/<key>/result.json under runs_dir, and for
+    a finished EBP run (unless not `notebook`) the executed notebook that vouches for it (fake_notebook)."""
     path = Path(runs_dir) / result["profile"] / key / folder.RESULT_FILE
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({k: v for k, v in result.items() if k != "profile"}))
-
+    if notebook and result.get("method") == "ebp" and result.get("finished"):
+        path.with_name(folder.EXECUTED_FILE).write_text(json.dumps(fake_notebook(result)))

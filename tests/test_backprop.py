@@ -115,7 +115,7 @@ def test_an_interrupted_run_resumes_to_the_same_record(small_run, tmp_path):
     assert resumed["final"] == whole["final"]
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "shape", "pickle"])
+@pytest.mark.parametrize("damage", ["truncate", "flip", "shape", "pickle", "huge", "deep"])
 def test_a_bad_checkpoint_is_named_set_aside_and_the_run_restarts(small_run, damage):
     params, folder, data_dir = small_run
     bp.run(params, folder, data_dir, echo=lambda *_: None, allow_dirty=True, stop_after_epochs=2)
@@ -132,10 +132,27 @@ def test_a_bad_checkpoint_is_named_set_aside_and_the_run_restarts(small_run, dam
             arrays = dict(npz)
         arrays["weights/W1"] = arrays["weights/W1"][:1]
         np.savez(path, **arrays)
-    else:  # an object array can only be read by unpickling: refused, never executed
+    elif damage == "pickle":  # an object array can only be read by unpickling: refused, never executed
         with np.load(path) as npz:
             arrays = dict(npz)
-        arrays["state"] = np.array([{"evil": 1}], dtype=object)
+        arrays["meta"] = np.array([{"evil": 1}], dtype=object)
+        np.savez(path, **arrays)
+    elif damage == "huge":  # a header declaring a 200,000 x 200,000 array (149 GiB): refused before allocating
+        import io
+        import zipfile
+
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                      "shape": (200000, 200000)})
+        with np.load(path) as npz:
+            arrays = {k: v for k, v in npz.items() if k != "weights/W1"}
+        np.savez(path, **arrays)
+        with zipfile.ZipFile(path, "a") as z:
+            z.writestr("weights/W1.npy", header.getvalue() + b"\0" * 64)
+    else:  # metadata nested 100,000 deep: refused before the JSON parser recurses
+        with np.load(path) as npz:
+            arrays = dict(npz)
+        arrays["meta"] = np.array("[" * 100000)
         np.savez(path, **arrays)
     messages = []
     record = bp.run(params, folder, data_dir, echo=messages.append, allow_dirty=True)

@@ -122,7 +122,7 @@ def test_upgrade_names_a_missing_file_and_rewrites_nothing(tmp_path):
     path = tmp_path / "result.json"
     records.write_json(path, old)
     before = path.read_bytes()
-    with pytest.raises(records.RecordError, match="no such result file.*missing.json"):
+    with pytest.raises(records.RecordError, match="missing.json: no such result file"):
         records.upgrade_files([path, tmp_path / "missing.json"], ebp_record_problems, echo=lambda *_: None)
     assert path.read_bytes() == before
 
@@ -135,7 +135,8 @@ def test_a_backprop_record_of_format_2_reads_as_format_3_unchanged_otherwise():
 @pytest.mark.parametrize("text, message", [
     ("{not json", "not JSON"),
     ("[1, 2]", "not a run record"),
-    ('{"format": 4, "method": "ebp"}', "format 4 is not a run record format"),
+    ('{"format": 4, "method": "ebp"}', "written by a newer version of the project"),
+    ('{"format": 0, "method": "ebp"}', "format 0 is not a run record format"),
     ('{"format": 3, "method": "sgd"}', "method 'sgd' is not one of ebp, backprop"),
 ])
 def test_the_reader_refuses_what_is_not_a_record_naming_the_file(tmp_path, text, message):

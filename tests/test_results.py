@@ -8,9 +8,9 @@ import json
 import subprocess
 
 import pytest
-from fake_runs import cell_row, fake_result, write_result
+from fake_runs import cell_row, fake_notebook, fake_result, write_result
 
-from reproduction.folder import RESULT_FILE, run_key
+from reproduction.folder import EXECUTED_FILE, RESULT_FILE, run_key
 from reproduction.paper_tables import dataset_rows, select_rows
 from reproduction.results import (
     Cell,
@@ -102,6 +102,7 @@ def test_committed_only_reads_what_git_holds(tmp_path, rows):
     committed = runs / "quick" / "real-400" / RESULT_FILE
     committed.parent.mkdir(parents=True)
     committed.write_text(json.dumps(fake_result(row, 3, 6000, "quick", 0.05)))
+    committed.with_name(EXECUTED_FILE).write_text(json.dumps(fake_notebook(fake_result(row, 3, 6000, "quick", 0.05))))
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.org"]
     subprocess.run(git + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "."], check=True)
@@ -110,6 +111,7 @@ def test_committed_only_reads_what_git_holds(tmp_path, rows):
     in_progress.parent.mkdir(parents=True)
     in_progress.write_text(json.dumps(fake_result(row, 2, None, "paper", 0.04, epochs=120)))
     committed.write_text(json.dumps(fake_result(row, 3, 6000, "quick", 0.07)))  # changed, not committed
+    committed.with_name(EXECUTED_FILE).write_text(json.dumps(fake_notebook(fake_result(row, 3, 6000, "quick", 0.07))))
     head = load_results(runs, committed_only=True)
     assert [(r["run_dir"], r["final"]["test_ebp_p"]) for r in head] == [("quick/real-400", 0.05)]
     disk = load_results(runs)
@@ -205,8 +207,9 @@ def test_an_unreadable_or_inconsistent_result_shows_as_such_not_as_not_run(rows,
 
     inconsistent = fake_result(row, 120, None, "paper", 0.03, seed=1)
     inconsistent["final"]["test_ebp_p"] = 0.0188
-    broken.write_text(json.dumps({k: v for k, v in fake_result(row, 120, None, "paper", 0.03).items()
-                                  if k != "profile"}))
+    repaired = fake_result(row, 120, None, "paper", 0.03)
+    broken.write_text(json.dumps({k: v for k, v in repaired.items() if k != "profile"}))
+    broken.with_name(EXECUTED_FILE).write_text(json.dumps(fake_notebook(repaired)))
     write_result(tmp_path, "binary-200-seed1", inconsistent)
     loaded = load_results(tmp_path)
     assert loaded.rejected["paper/binary-200-seed1"][0] == "inconsistent"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_runs import ROOT, TINY, fake_result
+from fake_runs import ROOT, TINY, fake_notebook, fake_result
 
 import ebp_data
 import ebp_lib
@@ -137,9 +137,11 @@ def test_a_run_finished_by_another_runner_meanwhile_is_not_retrained(tmp_path):
     result = fake_result(job["parameters"], TINY["epochs"], TINY["n_train"], "tiny", 0.1)
     result["parameters"] = job["parameters"]
     (out / "result.json").write_text(json.dumps(result))
+    (out / "experiment.ipynb").write_text(json.dumps(fake_notebook(result)))  # its evidence
+    evidence = (out / "experiment.ipynb").read_bytes()
     outcome = runner.run_job(job)
     assert outcome["status"] == "skipped"
-    assert not (out / "experiment.ipynb").exists()  # the notebook was not executed
+    assert (out / "experiment.ipynb").read_bytes() == evidence  # the notebook was not executed
     assert json.loads((out / "result.json").read_text()) == result
 
 
