@@ -3,7 +3,9 @@ curves (notebooks 05, 07), the class probabilities and calibration of EBP-P and 
 (notebook 06), receptive fields, their outlines, weight images of locally connected layers and occlusion maps
 (notebook 08), and readings of a trained net that take EBP-D apart: the authors' EBP-D transcribed, the
 deterministic net with mean weights, EBP-P with some hidden layers rounded, votes of sampled nets, and the
-uncertainty of weights and hidden units (notebook 06, scripts/ebp_d_gap.py).
+uncertainty of weights and hidden units (notebook 06, scripts/ebp_d_gap.py); and the statistics of comparisons on
+the same test images (paired_rates: McNemar and the paired standard error) and of Monte Carlo checks
+(sampled_mean_outside_rate: the exact null rate).
 
 They are analysis, not the algorithm (ebp_lib) and not a check of it (ebp_checks).
 """
@@ -368,3 +370,55 @@ def benchmark_machine(record: dict) -> dict:
     return {"cpu_model": machine.get("cpu_model"), "cores": machine.get("cores"), "flags": flags,
             "load_average_start": start, "load_average_end": end,
             "loaded": None if loaded is None else bool(loaded)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Comparisons on the same test images, and the exact null rate of a Monte Carlo check (notebooks 04, 06, 07)
+# ----------------------------------------------------------------------------------------------------------
+
+def paired_rates(a, b) -> dict:
+    """Compare two rates measured on the same items (e.g. a_i = "net A misclassifies test image i", b_i the same
+    for net B). Two error rates on one test set are not independent: only the items where a and b differ carry
+    information about a − b, so the standard error of the difference is that of the mean of d_i = a_i − b_i,
+
+        se = std(d) / √n = sqrt(n_ab + n_ba − (n_ab − n_ba)² / n) / n,
+
+    with n_ab items where only a holds and n_ba where only b holds; and McNemar's exact test is the two-sided
+    binomial test of n_ab against n_ab + n_ba trials at probability 1/2 (scipy.stats.binomtest).
+
+    Returns {"n", "rate_a", "rate_b", "difference" (rate_a − rate_b), "only_a" (n_ab), "only_b" (n_ba),
+    "se" (paired standard error of the difference), "p_value" (McNemar exact; 1.0 when no item differs)}.
+    """
+    from scipy.stats import binomtest
+
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.ndim != 1 or a.dtype != bool or b.dtype != bool:
+        raise ValueError(f"paired_rates needs two boolean vectors of one length (one entry per item), got "
+                         f"{a.dtype} {a.shape} and {b.dtype} {b.shape}: pass e.g. pred_a != labels, pred_b != labels")
+    n, only_a, only_b = len(a), int(np.sum(a & ~b)), int(np.sum(~a & b))
+    d = a.astype(float) - b.astype(float)
+    discordant = only_a + only_b
+    p_value = binomtest(only_a, discordant, 0.5).pvalue if discordant else 1.0
+    return {"n": n, "rate_a": float(a.mean()), "rate_b": float(b.mean()), "difference": float(d.mean()),
+            "only_a": only_a, "only_b": only_b, "se": float(d.std() / np.sqrt(n)), "p_value": float(p_value)}
+
+
+def sampled_mean_outside_rate(nu: np.ndarray, n_samples: int, k: float = 3.0) -> np.ndarray:
+    """The exact probability, for each mean nu, that the average of n_samples independent ±1 draws with mean nu
+    lies more than k standard errors from nu, the standard error being max(sqrt((1 − nu²)/n), 1/n) (the floor
+    keeps units that are almost always ±1 finite, notebook 06 §2). It is the null rate of the check "how many
+    Monte Carlo averages lie beyond k SE of ν": with no error in ν at all, binomial sampling alone (the number of
+    +1 draws is Binomial(n, (1 + nu)/2)) puts this fraction beyond, which is not the Gaussian 2Φ(−k) when
+    nu is near ±1 or n is small."""
+    from scipy.stats import binom
+
+    nu = np.asarray(nu, dtype=float)
+    if np.any(np.abs(nu) > 1) or n_samples < 1:
+        raise ValueError(f"need means in [-1, 1] and n_samples >= 1, got |nu| up to {np.abs(nu).max()} and "
+                         f"n_samples {n_samples}")
+    m = np.arange(n_samples + 1)                                    # number of +1 draws
+    mean = 2 * m / n_samples - 1                                    # the sampled average for each m
+    flat = nu.reshape(-1, 1)
+    se = np.maximum(np.sqrt((1 - flat ** 2) / n_samples), 1 / n_samples)
+    outside = np.abs(mean[None, :] - flat) > k * se
+    return (binom.pmf(m[None, :], n_samples, (1 + flat) / 2) * outside).sum(axis=1).reshape(nu.shape)

@@ -1,7 +1,7 @@
 """Time every numbered notebook as CI runs it: strict nbval (pytest.ini's options), one BLAS thread, and a cold numba
 cache (a fresh, empty NUMBA_CACHE_DIR per notebook, so each pays every compilation it triggers, as on a fresh clone).
 
-    python scripts/time_notebooks.py                      # notebooks/[0-9][0-9]_*.ipynb -> outputs/notebook_times.json
+    python scripts/time_notebooks.py                      # notebooks/[0-9][0-9]*_*.ipynb -> outputs/notebook_times.json
     python scripts/time_notebooks.py notebooks/04_binary_weights.ipynb --out /tmp/t.json
 
 The record says where it ran (reproduction.records.timing_record: CPU model and flags, cores, library versions,
@@ -45,12 +45,12 @@ def time_notebook(path: Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks to time (default: notebooks/[0-9][0-9]_*.ipynb)")
+                        help="notebooks to time (default: notebooks/[0-9][0-9]*_*.ipynb)")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "notebook_times.json",
                         help="where to write the record (default: %(default)s)")
     records.add_allow_loaded_option(parser)
     args = parser.parse_args(argv)
-    notebooks = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    notebooks = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     missing = [str(p) for p in notebooks if not p.is_file()]
     if missing:
         parser.error("no such notebook: " + ", ".join(missing))

@@ -66,3 +66,65 @@ def test_outline_surrounds_the_field_in_imshow_coordinates():
     with pytest.raises(ValueError, match="no True pixel"):
         analysis.outline(ax, np.zeros((6, 6), dtype=bool))
     plt.close(fig)
+
+
+def test_paired_rates_counts_the_discordant_items_and_gives_their_standard_error():
+    """Hand-made: 10 items, a holds on 0-3, b on 2-6: only_a = 2 (0, 1), only_b = 3 (4, 5, 6); d = a − b has
+    mean −0.1 and population variance 0.5 − 0.01, so se = sqrt(0.49 / 10); McNemar is binomtest(2, 5, 1/2)."""
+    from scipy.stats import binomtest
+
+    a, b = np.zeros(10, bool), np.zeros(10, bool)
+    a[:4], b[2:7] = True, True
+    r = analysis.paired_rates(a, b)
+    assert (r["only_a"], r["only_b"], r["n"]) == (2, 3, 10)
+    assert r["difference"] == pytest.approx(-0.1, abs=1e-12)
+    assert r["se"] == pytest.approx(np.sqrt(0.49 / 10), rel=1e-12)
+    assert r["p_value"] == pytest.approx(binomtest(2, 5, 0.5).pvalue, rel=1e-12)
+    same = analysis.paired_rates(a, a.copy())                  # identical readings: no evidence, no spread
+    assert same["se"] == 0 and same["p_value"] == 1.0
+
+
+def test_paired_standard_error_is_the_spread_of_the_difference_over_repeated_test_sets():
+    """Two correlated classifiers (they share 9 in 10 errors) on test sets of 2,000 images drawn again and again:
+    the standard deviation of (error A − error B) over 2,000 test sets matches the paired se within 10%, and is
+    several times smaller than the unpaired sqrt(pA(1−pA)/n + pB(1−pB)/n)."""
+    rng, n = np.random.default_rng(0), 2000
+    differences, ses = [], []
+    for _ in range(2000):
+        shared = rng.random(n) < 0.10
+        a = shared | (rng.random(n) < 0.01)
+        b = shared | (rng.random(n) < 0.015)
+        r = analysis.paired_rates(a, b)
+        differences.append(r["difference"])
+        ses.append(r["se"])
+    assert np.std(differences) == pytest.approx(np.mean(ses), rel=0.10)
+    unpaired = np.sqrt(2 * 0.11 * 0.89 / n)
+    assert np.mean(ses) < unpaired / 2
+
+
+def test_paired_rates_refuses_vectors_that_are_not_one_boolean_per_item():
+    with pytest.raises(ValueError, match="boolean vectors of one length"):
+        analysis.paired_rates(np.zeros(3, bool), np.zeros(4, bool))
+    with pytest.raises(ValueError, match="boolean"):
+        analysis.paired_rates(np.array([0, 1]), np.array([1, 1]))
+
+
+def test_sampled_mean_outside_rate_matches_simulation_and_the_gaussian_limit():
+    """Exact null rate against 400,000 simulated Monte Carlo averages per mean (binomial se of a rate near
+    0.005: 1.1e-4, so 5e-4 is over 4 se), and for ν = 0 with many draws the Gaussian 2Φ(−3) = 0.0027 within 5e-4.
+    Near ν = ±1 the draws are discrete on the scale of the se and the rate is not 0.0027: for ν = 0.999 and
+    n = 500, 3 se = 0.006 and two −1 draws (Poisson mean 0.25) already move the average by 0.007, so the rate is
+    1 − e^{−0.25}(1 + 0.25) = 0.0265."""
+    from scipy.stats import norm
+
+    rng, n = np.random.default_rng(1), 500
+    nus = np.array([0.0, 0.6, -0.95, 0.999])
+    exact = analysis.sampled_mean_outside_rate(nus, n)
+    for nu, rate in zip(nus, exact):
+        means = 2 * rng.binomial(n, (1 + nu) / 2, size=400_000) / n - 1
+        se = max(np.sqrt((1 - nu ** 2) / n), 1 / n)
+        assert abs(np.mean(np.abs(means - nu) > 3 * se) - rate) < 5e-4, nu
+    assert analysis.sampled_mean_outside_rate(np.array([0.0]), 20_000)[0] == pytest.approx(2 * norm.cdf(-3), abs=5e-4)
+    assert exact[-1] == pytest.approx(1 - np.exp(-0.25) * 1.25, rel=0.01)
+    with pytest.raises(ValueError, match="means in"):
+        analysis.sampled_mean_outside_rate(np.array([1.5]), n)

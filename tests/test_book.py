@@ -26,7 +26,7 @@ from scripts import build_book
 ROOT = Path(__file__).resolve().parents[1]
 
 REQUIRE_BROWSER = os.environ.get("EBP_REQUIRE_BROWSER", "") not in ("", "0")
-NUMBERED = re.compile(r"^\d\d_")
+NUMBERED = re.compile(r"^\d\d[a-z]?_")   # 03b_... sits between 03 and 04
 # TeX that MathJax would have replaced: \( \) \[ \] delimiters, $...$ or $$, an environment.
 RAW_TEX = re.compile(r"\\[()\[\]]|\$\$|\$[^$\s][^$\n]*\$|\\begin\{")
 # Chrome's console lines for a resource that did not load.
