@@ -18,20 +18,17 @@ from scipy import special
 
 from ebp_data import Dataset
 from ebp_lib import (
-    DEFAULT_ENGINE,
     Network,
-    check_training,
     ebp_d_parameters,
-    evaluate,
     forward,
     hard_sign,
     lagged_step,
     layer_moments,
     sign_network,
-    train_steps,
     unit_mean,
     weight_moments,
 )
+from ebp_train import DEFAULT_ENGINE, check_training, evaluate, train_steps
 
 
 def learning_curve(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,
@@ -296,7 +293,7 @@ def train_authors_loop(net: Network, x: np.ndarray, y: np.ndarray, minibatches, 
     """EBP steps on x[idx], y[idx] for idx in `minibatches` (e.g. overlapping_minibatches of one epoch's order), in
     place, with the reference engine (the net's dtype). lag=True: the authors' stale ⟨W⟩ (ebp_lib.lagged_step); the
     first two steps both see the h the call starts from, as in one call of Binary_EBP_minibatch.m (one call per
-    epoch restarts the lag). lag=False: ebp_lib.train_step on every minibatch."""
+    epoch restarts the lag). lag=False: ebp_train.train_step on every minibatch."""
     stale = [layer.h.copy() for layer in net.layers]
     for k, idx in enumerate(minibatches):
         seen = stale if lag else [layer.h for layer in net.layers]

@@ -2,7 +2,7 @@
 every failure named.
 
 ebp_lib.save_network / load_network store a network in this format (arrays h0, b0, h1, ...; the metadata holds
-its configuration), and ebp_lib.fit's checkpoints add the run, the history and the RNG state to the metadata.
+its configuration), and ebp_train.fit's checkpoints add the run, the history and the RNG state to the metadata.
 Nothing here knows the model, so the model's module can use it without importing anything back.
 """
 from __future__ import annotations

@@ -633,7 +633,7 @@ def train_epoch_variant(net: Network, x: np.ndarray, y: np.ndarray, batch_size: 
     """One epoch of EBP, in place, with misprints of Algorithm 1 switched on (algorithm1_step's flags): what each
     costs in training (notebook 04). The training set in a new random order from `rng`, one step per minibatch,
     increments summed; the bias moves by the variant's Δ over its own normaliser, as in ebp_lib.update. Without
-    flags it is ebp_lib.train_epoch(engine="reference") bit for bit. No dropout."""
+    flags it is ebp_train.train_epoch(engine="reference") bit for bit. No dropout."""
     order = rng.permutation(len(x))
     for start in range(0, len(x), batch_size):
         idx = order[start:start + batch_size]

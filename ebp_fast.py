@@ -7,7 +7,7 @@ REFERENCES names that readable reference for each kernel (PARTS the kernel each 
 tests/test_kernels.py checks every kernel against its reference on random inputs; tests/test_fast.py compares
 whole epochs with engine="reference". This module imports nothing of ebp_lib (it reads the network's fields),
 so ebp_lib can resolve its engines without an import cycle. The fast engine's evaluation is numpy (BLAS):
-ebp_lib.float32_outputs, with EBP-P's float32 σ² fold here (float32_ebp_p).
+ebp_train.float32_outputs, with EBP-P's float32 σ² fold here (float32_ebp_p).
 
 How the compiled epoch differs from the reference (the same equations, docs/maths.md §Forward pass to §Update):
 - the forward pass of step t+1 needs only layer l's updated weights and layer l−1's new outputs, so each layer's
@@ -59,7 +59,7 @@ REFERENCES = {
     "_back_product": "numpy.matmul",                  # Δ·⟨W⟩ (ebp_lib.backward)
     "_updated_back": "ebp_lib.backward",              # Δ·δh, the authors' real-weight code (ebp_lib.backward)
     "_backward": "ebp_lib.backward",
-    "_train_steps": "ebp_lib.train_steps",
+    "_train_steps": "ebp_train.train_steps",
 }
 # Compiled helpers without an equation of their own: the kernel whose test covers each.
 PARTS = {
@@ -451,7 +451,7 @@ def _first_rows(inputs, batch):
 
 @numba.njit(**_JIT)
 def _train_steps(x, y, order, columns, batch_size, net, rng):
-    """EBP over x[order] in minibatches (the steps of ebp_lib.train_epoch) on the working copy `net`, in float32
+    """EBP over x[order] in minibatches (the steps of ebp_train.train_epoch) on the working copy `net`, in float32
     except Δ_L (float64); the first layer sees the image's `columns` only (see _used_columns).
 
     Pipelined: step t's update of layer l is fused with step t+1's products of layer l (_layer_pass), so every
@@ -511,7 +511,7 @@ def _train_steps(x, y, order, columns, batch_size, net, rng):
     return n_steps, -1
 
 
-# --- the engine's evaluation of EBP-P: float32 matrix products (numpy, BLAS; ebp_lib.float32_outputs) --------
+# --- the engine's evaluation of EBP-P: float32 matrix products (numpy, BLAS; ebp_train.float32_outputs) --------
 
 def float32_weight_moments(net32) -> list:
     """(⟨W⟩, ⟨W⟩², mask) of every layer of a float32 network, for float32_ebp_p (the mask only where masked weights
@@ -525,7 +525,7 @@ def float32_weight_moments(net32) -> list:
 
 
 def float32_ebp_p(net32, moments: list, x) -> np.ndarray:
-    """ebp_lib.output_ebp_p in float32 (the evaluation of ebp_lib.float32_outputs), from the weight moments of
+    """ebp_lib.output_ebp_p in float32 (the evaluation of ebp_train.float32_outputs), from the weight moments of
     float32_weight_moments, with ⟨W²⟩ = 1 (binary) or ⟨W⟩² + 1 (real) folded into σ² as the training kernels fold
     it (layer_moments' σ² rearranged):
 
@@ -552,7 +552,7 @@ def float32_ebp_p(net32, moments: list, x) -> np.ndarray:
     return nu
 
 
-# --- the engine's entry points: train_step and train_steps (ebp_lib.ENGINES["fast"]) ----------------------------
+# --- the engine's entry points: train_step and train_steps (ebp_train.ENGINES["fast"]) ----------------------------
 
 def working_copy(net, columns) -> FastNet:
     """The float32 copy of the ebp_lib.Network `net` that the compiled epoch runs on; the first layer's h and mask
@@ -585,7 +585,7 @@ def _nonfinite(hs, bs) -> list[str]:
 
 
 def train_steps(net, x, y, order, batch_size: int, rng, step_name) -> None:
-    """EBP steps over x[order] in minibatches of `batch_size` (ebp_lib.train_steps), on a float32 working copy of the
+    """EBP steps over x[order] in minibatches of `batch_size` (ebp_train.train_steps), on a float32 working copy of the
     ebp_lib.Network `net` whose h and b are then written back (unless nothing was done); `rng` draws the sampled
     dropout masks (it may be None without sampled dropout). Raises ebp_lib.backward's FloatingPointError for a
     non-finite Δ. The compiled loops do not check h and b weight by weight, so they are checked here: a NaN/inf
@@ -625,5 +625,5 @@ def train_steps(net, x, y, order, batch_size: int, rng, step_name) -> None:
 
 
 def train_step(net, x, y, rng, step) -> None:
-    """One EBP step on the whole minibatch x (ebp_lib.train_step); `step` names it in the messages."""
+    """One EBP step on the whole minibatch x (ebp_train.train_step); `step` names it in the messages."""
     train_steps(net, x, y, np.arange(len(x)), len(x), rng, lambda k: step)

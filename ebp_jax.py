@@ -191,7 +191,7 @@ def unstack_run(group_params, i: int) -> list:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# engine="jax": ebp_lib's Engine interface (step, steps, outputs) in float32, like engine="fast"
+# engine="jax": ebp_train's Engine interface (step, steps, outputs) in float32, like engine="fast"
 # ----------------------------------------------------------------------------------------------------------
 
 # Steps per compiled call with sampled dropout: the masks of one call are drawn beforehand and held in memory
@@ -265,7 +265,7 @@ def _stop(net: ebp_lib.Network, x, y, step) -> None:
 
 
 def train_step(net: ebp_lib.Network, x, y, rng, step) -> None:
-    """ebp_lib's train_step on engine="jax": one float32 step, written back into `net`."""
+    """ebp_train.train_step on engine="jax": one float32 step, written back into `net`."""
     params, s = _float32(net)
     _write_back(net, _single_steps(net, params, s, x, y, [np.arange(len(x))], rng, lambda k: step, fresh=True))
 
@@ -301,7 +301,7 @@ def train_steps(net: ebp_lib.Network, x, y, order, batch_size, rng, step_name) -
 
 def group_epoch(nets: list, x, y, batch_size: int, rngs: list, epoch: int = 0) -> list:
     """One epoch of several runs of one configuration at once, each run trained exactly as
-    ebp_lib.train_epoch(net, x, y, batch_size, rng, epoch, engine="jax") trains it alone: its data order and then
+    ebp_train.train_epoch(net, x, y, batch_size, rng, epoch, engine="jax") trains it alone: its data order and then
     its dropout masks, call by call, drawn from its own generator in the same sequence, in the same compiled calls
     (calls), with the runs side by side in train_group. The nets are updated in place. A run whose parameters become
     non-finite is replayed alone and stops where it stops alone, holding its last finite step; the others go on.
@@ -310,14 +310,14 @@ def group_epoch(nets: list, x, y, batch_size: int, rngs: list, epoch: int = 0) -
         raise ValueError("a group's runs must share one network configuration (architecture, weights, dropout, "
                          "mask reading)")
     for net in nets:
-        ebp_lib.check_training(net, x, y, batch_size, "jax")
+        ebp_lib.check_data(net, x, y, batch_size)
     s, n_steps = structure(nets[0], jnp.float32), len(x) // batch_size
     x32, y32 = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
     orders = [rng.permutation(len(x)) for rng in rngs]
     params = [parameters(net, jnp.float32) for net in nets]
     errors: list = [None] * len(nets)
 
-    def step_name(first):  # as ebp_lib.train_steps names a step
+    def step_name(first):  # as ebp_train.train_steps names a step
         return lambda k: f"{first + k} of epoch {epoch + 1} (batch size {batch_size})"
 
     def alone(i, batches, first, masks=None):  # steps of run i by itself: a remainder, or a replay
@@ -373,8 +373,8 @@ def _outputs(params, x, s: Structure):
     return nu, v
 
 
-class _JaxOutputs:
-    """ebp_lib's outputs context for engine="jax": x ↦ (EBP-P, EBP-D) as numpy float32 arrays."""
+class float32_outputs:
+    """The outputs context of engine="jax" (ebp_train.Engine): x ↦ (EBP-P, EBP-D) as numpy float32 arrays."""
 
     def __init__(self, net: ebp_lib.Network):
         self.params, self.s = _float32(net)
@@ -384,8 +384,3 @@ class _JaxOutputs:
 
     def __exit__(self, *exc):
         return False
-
-
-def engine() -> ebp_lib.Engine:
-    """engine="jax" for ebp_lib (ENGINES): training and evaluation in float32 JAX."""
-    return ebp_lib.Engine(train_step, train_steps, _JaxOutputs)

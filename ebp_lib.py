@@ -6,31 +6,23 @@ equation; this file implements each one once, in the order they derive them, and
 them (references "docs/maths.md §Forward pass" name its sections).
 
 Sections: model: posterior and architecture (notebooks 01, 04, 05, 08) · forward pass (02, 07) · backward pass
-(03) · update and one training step (03, 04) · outputs EBP-P / EBP-D and the sign network (06) · engines ·
-training loop · persistence.
+(03) · update and one training step (03, 04) · outputs EBP-P / EBP-D and the sign network (06) · persistence.
 
-Beside it: `ebp_data.py` loads and standardises the data (notebook 00); `ebp_checkpoint.py` is the file format
-of saved networks and checkpoints; `ebp_fast.py` runs the same training steps in float32 as compiled (numba)
-loops (`engine="fast"`, the default; see ENGINES); `ebp_checks.py` holds the Monte Carlo, finite-difference and
+Beside it: `ebp_train.py` runs these equations: the engines, the training loop, evaluation and fit with
+checkpoint and resume; `ebp_data.py` loads and standardises the data (notebook 00); `ebp_checkpoint.py` is the
+file format of saved networks and checkpoints; `ebp_fast.py` runs the same training steps in float32 as compiled
+(numba) loops (`engine="fast"`, the default; ebp_train.ENGINES); `ebp_checks.py` holds the Monte Carlo, finite-difference and
 exact-enumeration references that the tests and notebooks check this file against; `ebp_analysis.py` the
 notebooks' helpers for trained networks (learning curves, calibration, receptive fields).
 """
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 from scipy import special
-from threadpoolctl import threadpool_limits
 
-from ebp_checkpoint import CheckpointError, check_same_run, float32_if_exact, open_checkpoint, write_checkpoint
-from ebp_data import Dataset
-
-DEFAULT_ENGINE = "fast"  # float32 compiled loops (ebp_fast.py); "reference" runs the numpy code of this file
+from ebp_checkpoint import CheckpointError, float32_if_exact, open_checkpoint, write_checkpoint
 
 # ----------------------------------------------------------------------------------------------------------
 # Model: the mean-field posterior of every weight, and the architecture (docs/maths.md §Notation,
@@ -407,14 +399,45 @@ def update(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> None:
         layer.b += (delta / np.sqrt(layer.normaliser)).sum(axis=0)
 
 
-def train_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int | None = None,
-               engine: str = DEFAULT_ENGINE) -> None:
-    """One EBP step on a minibatch: forward, backward, update (the corrected Algorithm 1). `rng` draws the
-    sampled dropout masks. engine="fast" runs the same step in float32 (ebp_fast.py); use train_epoch for speed."""
-    chosen = resolve_engine(engine)
+def check_data(net: Network, x: np.ndarray, y: np.ndarray, batch_size) -> None:
+    """Refuse, before any work, data of the wrong shape and a batch size that is not a positive integer."""
+    if x.ndim != 2 or x.shape[1] != net.sizes[0]:
+        raise ValueError(f"inputs have shape {x.shape}; this network needs (n, {net.sizes[0]}) "
+                         f"(flatten the {net.input_side}x{net.input_side} images)")
+    if y.shape != (len(x), net.sizes[-1]):
+        raise ValueError(f"targets have shape {y.shape}; need ({len(x)}, {net.sizes[-1]}) ±1 one-vs-all "
+                         f"vectors (see ebp_data.one_vs_all)")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1 (1 = the paper's online learning)")
+
+
+def check_rng(net: Network, rng) -> None:
+    """Sampled dropout draws its masks from a generator: ValueError if `rng` is None for such a network."""
     if rng is None and net.dropout == "sampled":
         raise ValueError("sampled dropout draws its masks from rng: pass rng=np.random.default_rng(seed)")
-    chosen.step(net, x, y, rng, step)
+
+
+def ebp_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int | None = None) -> None:
+    """One EBP step on a minibatch, in place: forward, backward, update (the corrected Algorithm 1). `rng` draws
+    the sampled dropout masks; `step` names the step in backward's error messages. ebp_train.train_step runs the
+    same step on a faster engine."""
+    check_rng(net, rng)
+    fwd = forward(net, x, train=True, rng=rng)
+    update(net, fwd, backward(net, fwd, y, step))
+
+
+def lagged_step(net: Network, stale_h: list, x, y, rng, step) -> list:
+    """One step of the authors' binary code as the paper ran it (UPDATES "authors-2015"; Binary_EBP_minibatch.m
+    before its fix of 2015-09-15): the forward and backward passes read ⟨W⟩ = tanh of `stale_h`, the update goes
+    to the network's h and b. The MATLAB loop stored the updated h but refreshed its tanh from the h of before the
+    update, so `stale_h` is each layer's h before the previous step's update, and at the start of a call (one per
+    epoch) h itself: the first two steps of an epoch see the same ⟨W⟩. Returns the stale_h of the next step."""
+    seen = replace(net, layers=[replace(layer, h=h) for layer, h in zip(net.layers, stale_h)])
+    fwd = forward(seen, x, train=True, rng=rng)
+    deltas = backward(seen, fwd, y, step)
+    before = [layer.h.copy() for layer in net.layers]
+    update(net, fwd, deltas)
+    return before
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -466,215 +489,13 @@ def output_ebp_d(net: Network, x: np.ndarray) -> np.ndarray:
     return sign_network(x, ebp_d_parameters(net), net.keep if net.dropout == "sampled" else 1.0)[-1]
 
 
-def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000,
-             engine: str = DEFAULT_ENGINE) -> dict[str, float]:
-    """Test errors (fractions of x whose argmax output is not the label) of EBP-P and EBP-D, `batch` images at
-    a time; engine="fast": the same outputs in float32 (they differ only on near-ties between two classes)."""
-    chosen = resolve_engine(engine)
-    wrong = np.zeros(2, dtype=np.int64)
-    with chosen.outputs(net) as outputs:  # x ↦ (EBP-P, EBP-D)
-        for start in range(0, len(x), batch):
-            ebp_p, ebp_d = outputs(x[start:start + batch])
-            wrong += [np.sum(ebp_p.argmax(axis=1) != labels[start:start + batch]),
-                      np.sum(ebp_d.argmax(axis=1) != labels[start:start + batch])]
-    return {"ebp_p": int(wrong[0]) / len(x), "ebp_d": int(wrong[1]) / len(x)}
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Engines: how the training steps and the outputs are computed. "reference" is this file's numpy in the
-# network's dtype; "fast" trains with ebp_fast's compiled float32 epoch and evaluates in float32 with BLAS.
-# ----------------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Engine:
-    """step(net, x, y, rng, step): one EBP step on the minibatch x, in place (train_step);
-    steps(net, x, y, order, batch_size, rng, step_name): the steps on the minibatches of x[order] (train_steps);
-    outputs(net): a context manager giving x ↦ (EBP-P outputs, EBP-D outputs) (evaluate)."""
-    step: Callable
-    steps: Callable
-    outputs: Callable
-
-
-def _reference_step(net: Network, x, y, rng, step) -> None:
-    fwd = forward(net, x, train=True, rng=rng)
-    update(net, fwd, backward(net, fwd, y, step))
-
-
-def _reference_steps(net: Network, x, y, order, batch_size, rng, step_name) -> None:
-    stale_h = [layer.h.copy() for layer in net.layers]  # (lagged_step) a call starts from h itself
-    for k, start in enumerate(range(0, len(order), batch_size)):
-        idx = order[start:start + batch_size]
-        if net.lagged_mean:
-            stale_h = lagged_step(net, stale_h, x[idx], y[idx], rng, step_name(k))
-        else:
-            train_step(net, x[idx], y[idx], rng, step=step_name(k), engine="reference")
-
-
-def lagged_step(net: Network, stale_h: list, x, y, rng, step) -> list:
-    """One step of the authors' binary code as the paper ran it (UPDATES "authors-2015"; Binary_EBP_minibatch.m
-    before its fix of 2015-09-15): the forward and backward passes read ⟨W⟩ = tanh of `stale_h`, the update goes
-    to the network's h and b. The MATLAB loop stored the updated h but refreshed its tanh from the h of before the
-    update, so `stale_h` is each layer's h before the previous step's update, and at the start of a call (one per
-    epoch) h itself: the first two steps of an epoch see the same ⟨W⟩. Returns the stale_h of the next step."""
-    seen = replace(net, layers=[replace(layer, h=h) for layer, h in zip(net.layers, stale_h)])
-    fwd = forward(seen, x, train=True, rng=rng)
-    deltas = backward(seen, fwd, y, step)
-    before = [layer.h.copy() for layer in net.layers]
-    update(net, fwd, deltas)
-    return before
-
-
-def _reference_outputs(net: Network):
-    return contextlib.nullcontext(lambda x: (output_ebp_p(net, x), output_ebp_d(net, x)))
-
-
-BLAS_THREADS = 1  # the float32 evaluation's matrix products: one BLAS thread per process (several runs share cores)
-
-
-@contextlib.contextmanager
-def float32_outputs(net: Network):
-    """The fast engine's evaluation: x ↦ (EBP-P, EBP-D outputs) in float32, BLAS limited to BLAS_THREADS threads
-    while the context is open. Both run on a copy of `net` with h and b rounded to float32: EBP-D is output_ebp_d
-    itself; EBP-P is ebp_fast.float32_ebp_p, with the weight moments computed once for all batches."""
-    net32 = replace(net, layers=[replace(layer, h=layer.h.astype(np.float32), b=layer.b.astype(np.float32))
-                                 for layer in net.layers])
-    import ebp_fast  # (imported with the fast engine, whose evaluation this is)
-
-    moments = ebp_fast.float32_weight_moments(net32)
-    with threadpool_limits(limits=BLAS_THREADS, user_api="blas"):
-        yield lambda x: (ebp_fast.float32_ebp_p(net32, moments, x), output_ebp_d(net32, x.astype(np.float32)))
-
-
-def _reference_engine() -> Engine:
-    return Engine(_reference_step, _reference_steps, _reference_outputs)
-
-
-def _fast_engine() -> Engine:
-    # ebp_fast is imported here, when the fast engine is first used, not with this module: importing numba costs
-    # a second, which the notebooks that never train (00-03) do not pay.
-    import ebp_fast
-
-    return Engine(ebp_fast.train_step, ebp_fast.train_steps, float32_outputs)
-
-
-def _jax_engine() -> Engine:
-    # ebp_jax (EBP as jax.grad with frozen variances) is imported on first use: JAX is heavy to import.
-    import ebp_jax
-
-    return ebp_jax.engine()
-
-
-ENGINES = {"fast": _fast_engine, "reference": _reference_engine, "jax": _jax_engine}  # name → the engine
-
-
-def resolve_engine(name) -> Engine:
-    """The engine called `name` in ENGINES; ValueError for any other name."""
-    if not isinstance(name, str) or name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; choose 'fast' (float32, compiled epoch), 'jax' (float32, "
-                         f"EBP as jax.grad) or 'reference'")
-    return ENGINES[name]()
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Training: epochs in a new random order, evaluation after each, checkpoint and resume
-# ----------------------------------------------------------------------------------------------------------
-
-def check_training(net: Network, x: np.ndarray, y: np.ndarray, batch_size, engine) -> None:
-    """Refuse, before any work, data of the wrong shape, a batch size that is not a positive integer, an
-    unknown engine."""
-    if x.ndim != 2 or x.shape[1] != net.sizes[0]:
-        raise ValueError(f"inputs have shape {x.shape}; this network needs (n, {net.sizes[0]}) "
-                         f"(flatten the {net.input_side}x{net.input_side} images)")
-    if y.shape != (len(x), net.sizes[-1]):
-        raise ValueError(f"targets have shape {y.shape}; need ({len(x)}, {net.sizes[-1]}) ±1 one-vs-all "
-                         f"vectors (see ebp_data.one_vs_all)")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1 (1 = the paper's online learning)")
-    resolve_engine(engine)
-
-
-def train_epoch(net: Network, x: np.ndarray, y: np.ndarray, batch_size: int, rng, epoch: int = 0,
-                engine: str = DEFAULT_ENGINE) -> None:
-    """One epoch: the training set in a new random order drawn from `rng`, one EBP step per minibatch.
-    engine: "fast" (the whole epoch in one compiled call, float32) or "reference" (train_step, the net's dtype)."""
-    check_training(net, x, y, batch_size, engine)
-    train_steps(net, x, y, rng.permutation(len(x)), batch_size, rng, engine, epoch)
-
-
-def train_steps(net: Network, x: np.ndarray, y: np.ndarray, order: np.ndarray, batch_size: int, rng,
-                engine: str = DEFAULT_ENGINE, epoch: int = 0, first_step: int = 0) -> None:
-    """EBP steps on the minibatches x[order[:batch_size]], x[order[batch_size:2 batch_size]], ... in turn; error
-    messages call them steps first_step, first_step + 1, ... of epoch `epoch` (counted from 0)."""
-    def step_name(k):
-        return f"{first_step + k} of epoch {epoch + 1} (batch size {batch_size})"
-
-    resolve_engine(engine).steps(net, x, y, order, batch_size, rng, step_name)
-
-
-def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,
-        checkpoint=None, n_train_eval: int = 10000, on_epoch=None,
-        engine: str = DEFAULT_ENGINE, run_config: dict | None = None) -> tuple[Network, list[dict]]:
-    """Train for `epochs` epochs, evaluating after each; returns the network and the per-epoch history.
-
-    With `checkpoint` (a file path) the state (network, epoch, RNG, history) is saved after every epoch,
-    and a run whose checkpoint exists resumes from it, bit-identical to a run that was never interrupted.
-    The training error is measured on the first `n_train_eval` training images (0: not measured).
-    `on_epoch(record)` is called after every epoch (progress display). `engine` trains and evaluates.
-    `run_config` (JSON-serialisable: data set, preprocessing, ...) is stored in the checkpoint with the network's
-    configuration, seed, batch size and engine; resuming from a checkpoint of any other run is refused
-    (CheckpointMismatchError naming what differs), and an unreadable checkpoint raises CheckpointError.
-    """
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
-        raise ValueError(f"epochs={epochs!r} must be a non-negative integer")
-    check_training(net, data.x_train, data.y_train, batch_size, engine)
-    net, history, rng, run = start_run(net, seed, batch_size, engine, run_config, checkpoint)
-    for epoch in range(len(history), epochs):
-        start = time.perf_counter()
-        train_epoch(net, data.x_train, data.y_train, batch_size, rng, epoch, engine=engine)
-        record = end_epoch(net, data, time.perf_counter() - start, history, rng, n_train_eval, engine, checkpoint,
-                           run)
-        if on_epoch is not None:
-            on_epoch(record)
-    return net, history
-
-
-def start_run(net: Network, seed: int, batch_size: int, engine: str, run_config: dict | None = None,
-              checkpoint=None):
-    """(network, history, generator, run) of a run about to train its next epoch (fit's start, and that of the
-    runs a group trains together, reproduction/group.py): `net`, no history and a generator seeded `seed`; or, if
-    `checkpoint` exists, the state it saved, refused (CheckpointMismatchError) if it was saved by another run. `run`
-    is what its checkpoints record of it: the network, seed, batch size, engine and run_config."""
-    run = {"network": _config(net), "seed": seed, "batch_size": batch_size, "engine": engine, **(run_config or {})}
-    rng, history = np.random.default_rng(seed), []
-    if checkpoint is not None and Path(checkpoint).exists():
-        saved, meta = load_network(checkpoint)
-        check_same_run(checkpoint, {**meta, "config": _config(saved)}, run)
-        net, history = saved, meta["history"]
-        rng.bit_generator.state = meta["rng_state"]
-    return net, history, rng, run
-
-
-def end_epoch(net: Network, data: Dataset, seconds: float, history: list, rng, n_train_eval: int, engine: str,
-              checkpoint=None, run: dict | None = None) -> dict:
-    """After an epoch of training (`seconds` long): evaluate both outputs with `engine`, append the epoch's record
-    to `history`, save the checkpoint (the network, `run`, the history and the generator's state); the record."""
-    test = evaluate(net, data.x_test, data.labels_test, engine=engine)
-    train = (evaluate(net, data.x_train[:n_train_eval], data.labels_train[:n_train_eval], engine=engine)
-             if n_train_eval else {"ebp_p": None, "ebp_d": None})
-    record = {"epoch": len(history) + 1, "test_ebp_p": test["ebp_p"], "test_ebp_d": test["ebp_d"],
-              "train_ebp_p": train["ebp_p"], "train_ebp_d": train["ebp_d"], "train_seconds": seconds}
-    history.append(record)
-    if checkpoint is not None:
-        save_network(checkpoint, net, run=run, history=history, rng_state=rng.bit_generator.state)
-    return record
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Persistence: one .npz (ebp_checkpoint) holds the posterior, the configuration and, for checkpoints, the
 # training state
 # ----------------------------------------------------------------------------------------------------------
 
-def _config(net: Network) -> dict:
+def network_config(net: Network) -> dict:
+    """What a saved network records of its configuration (load_network rebuilds the network from it)."""
     config = {"architecture": net.architecture, "weights": net.weights, "input_side": net.input_side,
               "dropout": net.dropout, "keep": net.keep, "dtype": str(net.layers[0].h.dtype)}
     if net.mask_reading != "absent":  # only then: checkpoints of "absent" networks record no mask_reading and
@@ -691,7 +512,7 @@ def save_network(path, net: Network, **meta) -> None:
     arrays = {}
     for k, layer in enumerate(net.layers):
         arrays[f"h{k}"], arrays[f"b{k}"] = float32_if_exact(layer.h), float32_if_exact(layer.b)
-    write_checkpoint(path, arrays, {"config": _config(net), **meta})
+    write_checkpoint(path, arrays, {"config": network_config(net), **meta})
 
 
 def stored_shapes(config: dict) -> dict[str, tuple]:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import ebp_checkpoint
 import ebp_lib
+import ebp_train
 from reproduction.parameters import (
     DATASET_CHOICES,
     DEFAULT_PARAMETERS,
@@ -171,7 +172,7 @@ def is_locked(path) -> bool:
 # ----------------------------------------------------------------------------------------------------------
 
 def epochs_in_checkpoint(checkpoint) -> int:
-    """How many epochs a checkpoint of ebp_lib.fit holds (0 if there is none); CheckpointError if unreadable."""
+    """How many epochs a checkpoint of ebp_train.fit holds (0 if there is none); CheckpointError if unreadable."""
     if not Path(checkpoint).exists():
         return 0
     return len(ebp_checkpoint.read_network_meta(checkpoint)["history"])
@@ -186,12 +187,12 @@ def read_result(path) -> dict | None:
 
 
 class EpochRecorder:
-    """The on_epoch callback of ebp_lib.fit: prints a progress line and rewrites result.json after every epoch
+    """The on_epoch callback of ebp_train.fit: prints a progress line and rewrites result.json after every epoch
     (finished: false), so the runner can show progress and an interrupted run still has its learning curve."""
 
     def __init__(self, output_dir, params: dict, checkpoint, engine: str | None = None, echo=print):
         self.path, self.params, self.echo = Path(output_dir), params, echo
-        self.engine = engine or ebp_lib.DEFAULT_ENGINE
+        self.engine = engine or ebp_train.DEFAULT_ENGINE
         self.history = ebp_checkpoint.read_network_meta(checkpoint)["history"] if Path(checkpoint).exists() else []
         self.start_epoch, self.started = len(self.history), time.time()
         previous = read_result(self.path) if self.start_epoch else None  # only a resumed run continues it
@@ -267,7 +268,7 @@ def checkpoint_meta(checkpoint) -> dict:
 def checkpoint_settings(meta: dict) -> dict:
     """The experiment parameters a checkpoint was trained with, from its metadata (ebp_checkpoint.read_network_meta):
     the network's layers, weights, dropout, keep and mask reading (the network records the reading only when it
-    is not the default, absent), and the run configuration, seed and batch size that ebp_lib.fit stores as `run` (a
+    is not the default, absent), and the run configuration, seed and batch size that ebp_train.fit stores as `run` (a
     network saved by other means has none)."""
     network = meta["config"]
     settings = {"layers": network["architecture"], "weights": network["weights"], "dropout": network["dropout"],

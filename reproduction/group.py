@@ -5,7 +5,7 @@ A group is the runs of a batch that share every parameter but the seed, and the 
 worker's task, first trains them together with the JAX engine (train_together): epoch after epoch, one
 ebp_jax.group_epoch call trains every run of the group (vmap over the runs), each run from its own generator (its
 data order, its dropout masks) and with its own arithmetic, bit for bit what engine="jax" computes for the run
-alone on the CPU (tests/test_group.py). After every epoch each run's checkpoint (ebp_lib.end_epoch: fit's
+alone on the CPU (tests/test_group.py). After every epoch each run's checkpoint (ebp_train.end_epoch: fit's
 checkpoint) and result.json (folder.EpochRecorder) are written, exactly what the experiment notebook writes after an
 epoch. Then run_group executes each run's experiment notebook as any run's (runner.run_job, with the run option
 engine="jax"): it finds the checkpoint holding every epoch, trains nothing, and checks and records the run as
@@ -31,6 +31,7 @@ from pathlib import Path
 import ebp_checkpoint
 import ebp_data
 import ebp_lib
+import ebp_train
 from reproduction.folder import CHECKPOINT_FILE, EpochRecorder, RunBusyError, UnsafeLockError, open_output_dir
 from reproduction.parameters import ParameterError, architecture_layers, run_config, validate_parameters
 from reproduction.records import describe_error
@@ -93,7 +94,7 @@ def _take(job: dict, left: dict) -> _Run | None:
 
 def _start(run: _Run, left: dict) -> bool:
     """The run's network, history and generator, new or from its checkpoint, as the notebook starts it (the same
-    network, ebp_lib.start_run); False, its lock released and the reason in `left`, if its checkpoint is refused
+    network, ebp_train.start_run); False, its lock released and the reason in `left`, if its checkpoint is refused
     (another engine or run, unreadable): its notebook reports that."""
     params, out = run.job["parameters"], Path(run.job["output_dir"])
     # the notebook's network: every parameter of init_network the run's parameters hold (a later one such as the
@@ -103,7 +104,7 @@ def _start(run: _Run, left: dict) -> bool:
                                init_scale=params["init_scale"], dropout=params["dropout"], keep=params["keep"],
                                mask_reading=params["mask_reading"], **extra)
     try:
-        run.net, run.history, run.rng, run.run = ebp_lib.start_run(
+        run.net, run.history, run.rng, run.run = ebp_train.start_run(
             net, params["seed"], params["batch_size"], "jax", run_config(params), out / CHECKPOINT_FILE)
     except (ebp_checkpoint.CheckpointError, ebp_checkpoint.CheckpointMismatchError) as err:
         run.lock.close()
@@ -150,7 +151,7 @@ def train_together(jobs: list[dict]) -> dict[str, str]:
                     run.lock.close()
                     left[run.job["key"]] = f"stopped in epoch {epoch + 1}: {error}"
                     continue
-                record = ebp_lib.end_epoch(run.net, data, seconds, run.history, run.rng, N_TRAIN_EVAL, "jax",
+                record = ebp_train.end_epoch(run.net, data, seconds, run.history, run.rng, N_TRAIN_EVAL, "jax",
                                            Path(run.job["output_dir"]) / CHECKPOINT_FILE, run.run)
                 run.recorder(record)
     finally:

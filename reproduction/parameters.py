@@ -13,6 +13,7 @@ import os
 import re
 
 import ebp_lib
+import ebp_train
 from reproduction.records import REPO
 
 NOTEBOOK = REPO / "notebooks" / "experiment.ipynb"  # the experiment: its `parameters` cell assigns the defaults
@@ -61,7 +62,7 @@ MASK_READINGS = ebp_lib.MASK_READINGS  # absent (default) or held: docs/maths.md
 # spec (default) or one of the authors' codes (ebp_lib.UPDATES): docs/maths.md §The authors' real-weight code,
 # §The authors' binary code of 2015
 UPDATES = tuple(ebp_lib.UPDATES)
-# What a checkpoint must have been trained with to be resumed, besides what ebp_lib.fit compares itself (the
+# What a checkpoint must have been trained with to be resumed, besides what ebp_train.fit compares itself (the
 # network, seed, batch size, engine): passed to fit as run_config and stored in the checkpoint.
 RUN_CONFIG_KEYS = ("dataset", "architecture", "weights", "dropout", "keep", "n_train", "preprocessing",
                    "std_floor", "init_scale")
@@ -70,7 +71,7 @@ RUN_CONFIG_KEYS = ("dataset", "architecture", "weights", "dropout", "keep", "n_t
 # How a run is computed, not what it trains: options the experiment notebook's parameters cell assigns (with these
 # defaults) and papermill may override, kept out of the run's parameters (same_configuration, the record's
 # parameters): a run trained by another engine is the same experiment, and result.json names its engine.
-RUN_OPTIONS = {"engine": ebp_lib.DEFAULT_ENGINE}
+RUN_OPTIONS = {"engine": ebp_train.DEFAULT_ENGINE}
 
 
 class ParameterError(ValueError):
@@ -94,11 +95,11 @@ def given_parameters(namespace: dict, names_before: set) -> dict:
 
 
 def validate_engine(engine) -> str:
-    """`engine` if it names an engine of ebp_lib.ENGINES (the run option `engine`), else ParameterError naming
+    """`engine` if it names an engine of ebp_train.ENGINES (the run option `engine`), else ParameterError naming
     them; checked before any work, as the parameters are."""
-    if not isinstance(engine, str) or engine not in ebp_lib.ENGINES:
-        raise ParameterError(f"invalid run option:\n  - engine={engine!r}: choose one of {', '.join(ebp_lib.ENGINES)} "
-                             f"(default {ebp_lib.DEFAULT_ENGINE!r})")
+    if not isinstance(engine, str) or engine not in ebp_train.ENGINES:
+        raise ParameterError(f"invalid run option:\n  - engine={engine!r}: choose one of {', '.join(ebp_train.ENGINES)} "
+                             f"(default {ebp_train.DEFAULT_ENGINE!r})")
     return engine
 
 
@@ -193,7 +194,7 @@ def validate_parameters(params: dict) -> dict:
 
 
 def run_config(params: dict) -> dict:
-    """The settings a checkpoint of this experiment records and a resumed run must share (ebp_lib.fit's
+    """The settings a checkpoint of this experiment records and a resumed run must share (ebp_train.fit's
     run_config): data set and its preprocessing, training images, network and initialisation, dropout, and the
     mask reading and the real-weight update only where they are not the default: a checkpoint of the defaults
     records neither (as ebp_lib records neither in the network), and must stay resumable by a run of them."""

@@ -32,6 +32,7 @@ from scipy import io
 
 import ebp_data
 import ebp_lib as ebp
+import ebp_train
 from reproduction.records import machine_record, write_json
 
 TOLERANCE = 1e-9  # relative to the largest |h|: float64 rounding over a few hundred steps, far below any variant
@@ -94,7 +95,7 @@ def ours(weights, architecture, update, x, y, orders, batch_size, seed):
     net = ebp.init_network(architecture, weights, seed=seed, real_update=update)
     out = []
     for order in orders:
-        ebp.train_steps(net, x, y, order, batch_size, None, engine="reference")
+        ebp_train.train_steps(net, x, y, order, batch_size, None, engine="reference")
         out.append([(layer.h.copy(), layer.b.copy()) for layer in net.layers])
     return out
 

@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 
 import ebp_data  # noqa: E402
 import ebp_lib as ebp  # noqa: E402
+import ebp_train  # noqa: E402
 from reproduction import paper_tables, records  # noqa: E402
 
 EPOCH, EPOCHS = 60_000, 120
@@ -87,9 +88,9 @@ def agreement(x, y) -> list[dict]:
     for architecture, weights, dropout in AGREEMENT_CASES:
         for batch_size in (1, 10):
             n = 300 * batch_size
-            nets = {e: ebp.init_network(architecture, weights, seed=1, dropout=dropout) for e in ebp.ENGINES}
+            nets = {e: ebp.init_network(architecture, weights, seed=1, dropout=dropout) for e in ebp_train.ENGINES}
             for engine, net in nets.items():
-                ebp.train_epoch(net, x[:n], y[:n], batch_size, np.random.default_rng(2), engine=engine)
+                ebp_train.train_epoch(net, x[:n], y[:n], batch_size, np.random.default_rng(2), engine=engine)
             dh = max(np.abs(f.h - r.h).max() / np.abs(r.h).max()
                      for f, r in zip(nets["fast"].layers, nets["reference"].layers))
             db = max(np.abs(f.b - r.b).max() / max(np.abs(r.b).max(), 1.0)
@@ -109,7 +110,7 @@ def time_engine(net, x, y, batch_size, engine, seconds, chunk, rng) -> tuple[flo
     while cpu < seconds:
         start = int(rng.integers(0, len(x) - chunk))
         c0, w0 = time.process_time(), time.perf_counter()
-        ebp.train_epoch(net, x[start:start + chunk], y[start:start + chunk], batch_size, rng, engine=engine)
+        ebp_train.train_epoch(net, x[start:start + chunk], y[start:start + chunk], batch_size, rng, engine=engine)
         cpu += time.process_time() - c0
         wall += time.perf_counter() - w0
         done += chunk
@@ -117,14 +118,14 @@ def time_engine(net, x, y, batch_size, engine, seconds, chunk, rng) -> tuple[flo
 
 
 def throughput(x, y, architecture, weights, batch_size, seconds, rounds=2, dropout=None,
-               engines=ebp.ENGINES, chunk_fast=1000) -> dict:
+               engines=ebp_train.ENGINES, chunk_fast=1000) -> dict:
     """Samples/s of each engine, measured alternately in `rounds` rounds of `seconds` CPU seconds in all.
     The fast engine trains `chunk_fast` (x3 at batch 10) images per call (each call copies the network to
     float32 and back, as one epoch does)."""
     nets = {e: ebp.init_network(architecture, weights, seed=0, dropout=dropout) for e in engines}
     rng = np.random.default_rng(0)
     for engine in engines:  # warm-up: numba's compiled kernels load, BLAS starts
-        ebp.train_epoch(nets[engine], x[:2 * batch_size], y[:2 * batch_size], batch_size, rng, engine=engine)
+        ebp_train.train_epoch(nets[engine], x[:2 * batch_size], y[:2 * batch_size], batch_size, rng, engine=engine)
     totals = {e: [0.0, 0.0, 0] for e in engines}
     for _ in range(rounds):
         for engine in engines:
@@ -155,7 +156,7 @@ def project_worker(args) -> list[dict]:
             row[f"ms_per_sample_b{batch_size}"] = t["fast"]["ms_per_sample"]
         net = ebp.init_network(run["architecture"], run["weights"], seed=0, dropout=run["dropout"])
         c0 = time.process_time()
-        ebp.evaluate(net, data.x_test[:2000], data.labels_test[:2000], engine="fast")
+        ebp_train.evaluate(net, data.x_test[:2000], data.labels_test[:2000], engine="fast")
         row["eval_ms_per_image"] = 1e3 * (time.process_time() - c0) / 2000
         out.append(row)
     return out
@@ -197,10 +198,10 @@ def one_epoch_errors(data) -> dict:
     """Both engines train [784,200,10] binary for one epoch (6,000 updates) from the same seed: test errors,
     and how far apart the two posteriors drifted (float32 against float64 over a whole epoch)."""
     out, nets = {}, {}
-    for engine in ebp.ENGINES:
+    for engine in ebp_train.ENGINES:
         nets[engine] = ebp.init_network([200, 10], "binary", seed=0)
         c0 = time.process_time()
-        _, history = ebp.fit(nets[engine], data, 1, batch_size=10, seed=0, n_train_eval=0, engine=engine)
+        _, history = ebp_train.fit(nets[engine], data, 1, batch_size=10, seed=0, n_train_eval=0, engine=engine)
         out[engine] = {"test_error_ebp_p": history[0]["test_ebp_p"], "test_error_ebp_d": history[0]["test_ebp_d"],
                        "cpu_seconds": time.process_time() - c0}
     out["max_rel_diff_h"] = float(max(np.abs(f.h - r.h).max() / np.abs(r.h).max()
@@ -301,7 +302,7 @@ def main(argv=None) -> int:
     if not args.skip_epoch:
         print("4. one epoch, [784,200,10] binary, batch 10: test errors")
         result["one_epoch"] = one_epoch_errors(data)
-        for engine in ebp.ENGINES:
+        for engine in ebp_train.ENGINES:
             r = result["one_epoch"][engine]
             print(f"   {engine:9s}: EBP-P {100 * r['test_error_ebp_p']:.2f}%  EBP-D {100 * r['test_error_ebp_d']:.2f}%"
                   f"  ({r['cpu_seconds']:.0f} CPU s)")

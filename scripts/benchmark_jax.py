@@ -40,6 +40,7 @@ import numpy as np
 
 import ebp_data
 import ebp_lib
+import ebp_train
 from reproduction import paper_tables, parameters, records
 
 PAPER_EPOCHS, PAPER_IMAGES = 120, 60000
@@ -116,10 +117,10 @@ def load_images(args):
 def time_fast(net_args: dict, x, y, batch_size: int) -> float:
     """Seconds for the fast engine to train one run on x (after a warm-up that compiles its kernels)."""
     warm = ebp_lib.init_network(**net_args)
-    ebp_lib.train_steps(warm, x[:100], y[:100], np.arange(100), batch_size, np.random.default_rng(0), "fast")
+    ebp_train.train_steps(warm, x[:100], y[:100], np.arange(100), batch_size, np.random.default_rng(0), "fast")
     net = ebp_lib.init_network(**net_args)
     start = time.perf_counter()
-    ebp_lib.train_steps(net, x, y, np.arange(len(x)), batch_size, np.random.default_rng(0), "fast")
+    ebp_train.train_steps(net, x, y, np.arange(len(x)), batch_size, np.random.default_rng(0), "fast")
     return time.perf_counter() - start
 
 
@@ -148,14 +149,14 @@ def time_group(net_args: dict, x, y, batch_size: int, group: int) -> dict:
 
 
 def time_evaluation(net_args: dict, x) -> float:
-    """Seconds for the JAX engine to evaluate one run on EVAL_IMAGES images (EBP-P and EBP-D, as ebp_lib.evaluate
+    """Seconds for the JAX engine to evaluate one run on EVAL_IMAGES images (EBP-P and EBP-D, as ebp_train.evaluate
     does after every epoch, in batches of 2,000), after a warm-up that compiles it."""
     net = ebp_lib.init_network(**net_args)
     images = np.resize(x, (EVAL_IMAGES, x.shape[1]))  # x repeated: the time does not depend on the values
     labels = np.zeros(EVAL_IMAGES, int)
-    ebp_lib.evaluate(net, images[:2000], labels[:2000], engine="jax")
+    ebp_train.evaluate(net, images[:2000], labels[:2000], engine="jax")
     start = time.perf_counter()
-    ebp_lib.evaluate(net, images, labels, engine="jax")
+    ebp_train.evaluate(net, images, labels, engine="jax")
     return time.perf_counter() - start
 
 
@@ -175,7 +176,7 @@ def agreement(x, y) -> dict:
     for layers, weights, dropout in (([100, 10], "binary", None), ([100, 100, 10], "real", "sampled")):
         nets = [ebp_lib.init_network(layers, weights, seed=2, dropout=dropout) for _ in range(2)]
         for net, engine in zip(nets, ("jax", "reference")):
-            ebp_lib.train_steps(net, x, y, np.arange(3000), 10, np.random.default_rng(5), engine)
+            ebp_train.train_steps(net, x, y, np.arange(3000), 10, np.random.default_rng(5), engine)
         for a, b in zip(*(n.layers for n in nets)):
             worst = max(worst, np.abs(a.h - b.h).max() / np.abs(b.h).max(),
                         np.abs(a.b - b.b).max() / max(np.abs(b.b).max(), 1.0))
@@ -185,7 +186,7 @@ def agreement(x, y) -> dict:
     differences = []
     for seed, grouped in enumerate(together):
         alone = ebp_lib.init_network([100, 10], "binary", seed=seed)
-        ebp_lib.train_epoch(alone, x[:2000], y[:2000], 10, np.random.default_rng(seed), engine="jax")
+        ebp_train.train_epoch(alone, x[:2000], y[:2000], 10, np.random.default_rng(seed), engine="jax")
         differences += [float(np.abs(a.h - b.h).max()) for a, b in zip(grouped.layers, alone.layers)]
     out["group_vs_alone_max_abs_difference"] = max(differences)
     a = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)

@@ -15,7 +15,7 @@ after); above a load average of 1 per core the script refuses to run, or with --
 
 For [784,800,10], [784,800,800,10] and the block-13 spatial net:
  1. Training protocol (stated in the JSON): binary weights, ebp_lib.init_network(seed 0), one epoch of
-    ebp_lib.train_epoch with the fast engine on all 60,000 training images (per-pixel standardisation), batch
+    ebp_train.train_epoch with the fast engine on all 60,000 training images (per-pixel standardisation), batch
     size 10, order from np.random.default_rng(0). `--checkpoint PATH` (repeatable) uses saved networks
     (ebp_lib.load_network) instead; `--n-train N` trains on fewer images (a quick look, not the committed numbers).
  2. Export with ebp_binary.export_network, calibrate engine "auto" on this machine (ebp_binary.calibrate, on
@@ -63,6 +63,7 @@ import ebp_binary_format as ebf  # noqa: E402
 import ebp_binary_kernels  # noqa: E402
 import ebp_data  # noqa: E402
 import ebp_lib as ebp  # noqa: E402
+import ebp_train  # noqa: E402
 from reproduction import records  # noqa: E402
 
 CASES = {"[784,800,10]": [800, 10], "[784,800,800,10]": [800, 800, 10],
@@ -119,7 +120,7 @@ def float32_predict(weights, scale: np.float32, x32: np.ndarray) -> np.ndarray:
 def trained_network(architecture, data):
     """The stated protocol: binary, seed 0, one fast-engine epoch, batch 10 (module docstring)."""
     net = ebp.init_network(architecture, "binary", seed=SEED)
-    ebp.train_epoch(net, data.x_train, data.y_train, BATCH_SIZE, np.random.default_rng(SEED), engine="fast")
+    ebp_train.train_epoch(net, data.x_train, data.y_train, BATCH_SIZE, np.random.default_rng(SEED), engine="fast")
     return net
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 import ebp_data
 import ebp_lib as ebp
+import ebp_train
 
 
 def main() -> None:
@@ -27,7 +28,7 @@ def main() -> None:
     net = ebp.init_network(architecture, args.weights, seed=args.seed)
     print(f"EBP, {args.weights} weights, network {net.sizes}, batch size 10, "
           f"{len(data.x_train)} training images, {args.epochs} epoch(s)")
-    ebp.fit(net, data, args.epochs, seed=args.seed, n_train_eval=0,
+    ebp_train.fit(net, data, args.epochs, seed=args.seed, n_train_eval=0,
             on_epoch=lambda r: print(f"epoch {r['epoch']}: test error EBP-P {100 * r['test_ebp_p']:.2f}%, "
                                      f"EBP-D {100 * r['test_ebp_d']:.2f}% ({r['train_seconds']:.0f} s)"))
 
@@ -38,8 +39,8 @@ def compile_engine(data, architecture, weights) -> None:
     print("compiling the engine (about 30 s the first time; numba caches it for the next runs) ...", flush=True)
     start = time.perf_counter()
     warm = ebp.init_network(architecture, weights, seed=0)
-    ebp.train_steps(warm, data.x_train[:20], data.y_train[:20], np.arange(20), 10, np.random.default_rng(0))
-    ebp.evaluate(warm, data.x_test[:20], data.labels_test[:20])
+    ebp_train.train_steps(warm, data.x_train[:20], data.y_train[:20], np.arange(20), 10, np.random.default_rng(0))
+    ebp_train.evaluate(warm, data.x_test[:20], data.labels_test[:20])
     print(f"compiled in {time.perf_counter() - start:.0f} s")
 
 

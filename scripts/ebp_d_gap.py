@@ -34,6 +34,7 @@ import numpy as np
 import ebp_analysis as analysis
 import ebp_data
 import ebp_lib as ebp
+import ebp_train
 from reproduction.paper_tables import read_paper_tables
 from reproduction.records import machine_record, read_record, write_atomically, write_json
 
@@ -102,7 +103,7 @@ def tracked(net: ebp.Network, x: np.ndarray) -> dict:
 def train_one(data: ebp_data.Dataset, weights, architecture, init_scale, epochs, std_floor, seed) -> dict:
     net = ebp.init_network(ebp.paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
     x_track = data.x_test[:N_TRACK]
-    per_epoch = [{"epoch": 0, **ebp.evaluate(net, data.x_test, data.labels_test), **tracked(net, x_track)}]
+    per_epoch = [{"epoch": 0, **ebp_train.evaluate(net, data.x_test, data.labels_test), **tracked(net, x_track)}]
     start = time.perf_counter()
 
     def on_epoch(record):  # fit trains `net` in place, so the callback sees the network after each epoch
@@ -111,10 +112,10 @@ def train_one(data: ebp_data.Dataset, weights, architecture, init_scale, epochs,
         print(f"  epoch {record['epoch']}: EBP-P {100 * record['test_ebp_p']:.2f}%  "
               f"EBP-D {100 * record['test_ebp_d']:.2f}%", flush=True)
 
-    ebp.fit(net, data, epochs, batch_size=10, seed=seed, n_train_eval=0, on_epoch=on_epoch)
+    ebp_train.fit(net, data, epochs, batch_size=10, seed=seed, n_train_eval=0, on_epoch=on_epoch)
     train_seconds = time.perf_counter() - start
     return {"weights": weights, "architecture": architecture, "init_scale": init_scale, "epochs": epochs,
-            "std_floor": std_floor, "seed": seed, "n_train": len(data.x_train), "batch_size": 10, "engine": ebp.DEFAULT_ENGINE,
+            "std_floor": std_floor, "seed": seed, "n_train": len(data.x_train), "batch_size": 10, "engine": ebp_train.DEFAULT_ENGINE,
             "per_epoch": per_epoch, "final_readouts": readouts(net, data.x_test, data.labels_test, seed),
             "seconds": round(time.perf_counter() - start, 1), "train_and_track_seconds": round(train_seconds, 1),
             "machine": machine_record()}
@@ -367,14 +368,14 @@ def epoch_minibatches(order: np.ndarray, overlap: bool) -> list[np.ndarray]:
 
 def train_loop_one(data: ebp_data.Dataset, weights, architecture, init_scale, epochs, variant, seed) -> dict:
     """train_one with the training loop of `variant`: each epoch a permutation from default_rng(seed) (the same
-    permutations as ebp.fit, hence as the baseline runs), cut into our or the authors' minibatches, trained with the
+    permutations as ebp_train.fit, hence as the baseline runs), cut into our or the authors' minibatches, trained with the
     fast engine (train_steps on the concatenated windows, batch size 11: one step per window, as
     tests/test_ebp_d_gap.py checks) or with the reference engine and a stale ⟨W⟩ (ebp_analysis.train_authors_loop,
     one call per epoch: the lag restarts every epoch, as one call of Binary_EBP_minibatch.m). Evaluation as in fit."""
     overlap, lag, engine = LOOP_VARIANTS[variant]
     net = ebp.init_network(ebp.paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
     x_track, rng = data.x_test[:N_TRACK], np.random.default_rng(seed)
-    per_epoch = [{"epoch": 0, **ebp.evaluate(net, data.x_test, data.labels_test), **tracked(net, x_track)}]
+    per_epoch = [{"epoch": 0, **ebp_train.evaluate(net, data.x_test, data.labels_test), **tracked(net, x_track)}]
     start = time.perf_counter()
     for epoch in range(epochs):
         batches = epoch_minibatches(rng.permutation(len(data.x_train)), overlap)
@@ -382,11 +383,11 @@ def train_loop_one(data: ebp_data.Dataset, weights, architecture, init_scale, ep
         if engine == "fast":
             sizes = {len(b) for b in batches[:-1]}
             assert len(sizes) == 1 and len(batches[-1]) <= min(sizes), "train_steps needs equal windows, a last short one"
-            ebp.train_steps(net, data.x_train, data.y_train, np.concatenate(batches), sizes.pop(), rng, "fast", epoch)
+            ebp_train.train_steps(net, data.x_train, data.y_train, np.concatenate(batches), sizes.pop(), rng, "fast", epoch)
         else:
             analysis.train_authors_loop(net, data.x_train, data.y_train, batches, lag=lag)
         seconds = time.perf_counter() - tick
-        test = ebp.evaluate(net, data.x_test, data.labels_test)
+        test = ebp_train.evaluate(net, data.x_test, data.labels_test)
         per_epoch.append({"epoch": epoch + 1, "ebp_p": test["ebp_p"], "ebp_d": test["ebp_d"], "train_seconds": seconds,
                           **tracked(net, x_track)})
         print(f"  epoch {epoch + 1}: EBP-P {100 * test['ebp_p']:.2f}%  EBP-D {100 * test['ebp_d']:.2f}%  "
@@ -534,12 +535,12 @@ update: one step stale (the bias is not). Their update is numerically ours. Do t
 
 **What was run.** `scripts/ebp_d_gap.py --loop`, the *truncated* protocol of the runs above: real
 [784, 200, 200, 10], initial scale 1, MNIST, all 60,000 training images (per-pixel standardisation), batch 10,
-seeds 0, 1, 2, test error on the 10,000 test images (evaluated as in `ebp_lib.fit`, fast engine); each seed uses the
+seeds 0, 1, 2, test error on the 10,000 test images (evaluated as in `ebp_train.fit`, fast engine); each seed uses the
 same initial net and the same per-epoch permutations as the baseline run of that seed. Variants: (a) overlapping
 11-image windows of each epoch's permutation (`ebp_analysis.overlapping_minibatches`), trained with the fast engine
-(`ebp_lib.train_steps` on the concatenated windows with batch size 11: one step per window), 10 epochs; (b) our
+(`ebp_train.train_steps` on the concatenated windows with batch size 11: one step per window), 10 epochs; (b) our
 minibatches with ⟨W⟩ = h one step stale (`ebp_analysis.train_authors_loop`, built on ebp_lib's reference forward /
-backward / update; without the lag it is `ebp_lib.train_step` exactly), (c) both. (b) and (c) need the reference
+backward / update; without the lag it is `ebp_train.train_step` exactly), (c) both. (b) and (c) need the reference
 engine (float64 numpy, about 6 times slower here), so they stop after **5 epochs**; "ours, reference engine" is our
 loop on that engine for 5 epochs, the control for a change of engine. The lag restarts at every epoch (one call of
 `Binary_EBP_minibatch.m` per epoch: its first two steps both use the starting h). *Assumption:* the authors'

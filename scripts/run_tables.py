@@ -35,7 +35,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import ebp_lib
+import ebp_train
 from reproduction import folder, group, paper_tables, parameters, records, runner
 
 STATES_HELP = """\
@@ -114,9 +114,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "every job, so Dask workers read the same folder")
     parser.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
                         help="print a progress line at least this often (default 30)")
-    parser.add_argument("--engine", choices=list(ebp_lib.ENGINES),
+    parser.add_argument("--engine", choices=list(ebp_train.ENGINES),
                         help=f"the engine that trains and evaluates each run (default: the notebook's, "
-                             f"{ebp_lib.DEFAULT_ENGINE!r}); passed to the notebook as its run option `engine`, named in "
+                             f"{ebp_train.DEFAULT_ENGINE!r}); passed to the notebook as its run option `engine`, named in "
                              f"each result.json; a run is resumed only by the engine that began it, and a finished run "
                              f"is skipped whichever engine trained it")
     parser.add_argument("--group-seeds", action="store_true",
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     print(f"profile {args.profile}: {profile['epochs']} epochs, {n_train:,} training images of {args.dataset}; "
           f"seeds {', '.join(map(str, args.seed))}; dropout reading "
           f"{args.dropout_reading}; mask reading {args.mask_reading}; update {args.real_update}; engine "
-          f"{args.engine or ebp_lib.DEFAULT_ENGINE}{', seeds of a run trained together' if args.group_seeds else ''}; "
+          f"{args.engine or ebp_train.DEFAULT_ENGINE}{', seeds of a run trained together' if args.group_seeds else ''}; "
           f"results in "
           f"{args.runs_dir / folder.results_folder(args.profile, args.dataset)}")
     try:

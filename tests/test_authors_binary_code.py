@@ -16,6 +16,7 @@ from scipy import stats
 
 import ebp_data
 import ebp_lib as ebp
+import ebp_train
 
 SIDE = 6  # 36 inputs
 RTOL_TRANSCRIPTION = 1e-10
@@ -109,7 +110,7 @@ def trained(update, architecture, dropout, epochs, engine="reference", n=100, ba
     net = ebp.init_network(architecture, "binary", seed=3, input_side=SIDE, dropout=dropout, real_update=update)
     h0, b0 = [layer.h.copy() for layer in net.layers], [layer.b.copy() for layer in net.layers]
     for _ in range(epochs):
-        ebp.train_steps(net, x, y, np.arange(n), batch_size, None, engine=engine)
+        ebp_train.train_steps(net, x, y, np.arange(n), batch_size, None, engine=engine)
     return net, h0, b0, x, y
 
 
@@ -158,7 +159,7 @@ def test_fast_equals_reference_under_the_2015_update(architecture, dropout, batc
                                               real_update=update)
                              for update in ("authors-2015", "authors-2015", "spec"))
     for net, engine in ((fast, "fast"), (reference, "reference"), (spec, "fast")):
-        ebp.train_epoch(net, x, y, batch_size, np.random.default_rng(5), engine=engine)
+        ebp_train.train_epoch(net, x, y, batch_size, np.random.default_rng(5), engine=engine)
     for k, (a, b) in enumerate(zip(fast.layers, reference.layers)):
         assert np.abs(a.h - b.h).max() <= 1e-4 * np.abs(b.h).max(), f"layer {k + 1}: h differs"
         assert np.abs(a.b - b.b).max() <= 1e-4 * max(np.abs(b.b).max(), 1.0), f"layer {k + 1}: b differs"
@@ -178,4 +179,4 @@ def test_the_jax_engine_refuses_the_2015_update():
     net = ebp.init_network([5, 3], "binary", input_side=SIDE, real_update="authors-2015")
     x, y = data(10, classes=3)
     with pytest.raises(ValueError, match="real_update='spec' only"):
-        ebp.train_steps(net, x, y, np.arange(10), 10, None, engine="jax")
+        ebp_train.train_steps(net, x, y, np.arange(10), 10, None, engine="jax")

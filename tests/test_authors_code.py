@@ -13,6 +13,7 @@ from scipy import stats
 
 import ebp_data
 import ebp_lib as ebp
+import ebp_train
 from ebp_checkpoint import read_network_meta
 
 SIDE = 6  # 36 inputs
@@ -94,7 +95,7 @@ def test_reference_equals_the_transcribed_authors_loop(real_update, architecture
     x, y = data(100)
     net = ebp.init_network(architecture, "real", seed=3, input_side=SIDE, dropout=dropout, real_update=real_update)
     h0, b0 = [layer.h.copy() for layer in net.layers], [layer.b.copy() for layer in net.layers]
-    ebp.train_steps(net, x, y, np.arange(len(x)), 10, None, engine="reference")
+    ebp_train.train_steps(net, x, y, np.arange(len(x)), 10, None, engine="reference")
     updated_next, unit_variance = SWITCHES[real_update]
     h, b = authors_real_ebp(x, y, h0, b0, 10, dropout == "analytic", updated_next, unit_variance)
     for k, layer in enumerate(net.layers):
@@ -121,7 +122,7 @@ def test_ebp_p_outputs_include_the_authors_variance():
     weights."""
     x, y = data(200)
     net = ebp.init_network([9, 6, 4], "real", seed=3, input_side=SIDE, real_update="authors")
-    ebp.train_steps(net, x, y, np.arange(len(x)), 10, None, engine="reference")
+    ebp_train.train_steps(net, x, y, np.arange(len(x)), 10, None, engine="reference")
     spec_net = ebp.init_network([9, 6, 4], "real", seed=3, input_side=SIDE)
     for a, c in zip(spec_net.layers, net.layers):
         a.h[...], a.b[...] = c.h, c.b
@@ -135,7 +136,7 @@ def test_ebp_p_outputs_include_the_authors_variance():
         nu = 2 * stats.norm.cdf(mean_u / np.sqrt(var_u)) - 1
     np.testing.assert_allclose(authors, nu.T, rtol=0, atol=1e-12)
     assert np.abs(authors - ebp.output_ebp_p(spec_net, x)).max() > 1e-3
-    with ebp.float32_outputs(net) as outputs:
+    with ebp_train.float32_outputs(net) as outputs:
         assert np.abs(outputs(x.astype(np.float32))[0] - authors).max() < 1e-5
 
 
@@ -154,8 +155,8 @@ def test_fast_equals_reference_under_each_variant(real_update, architecture, dro
     y = ebp_data.one_vs_all(labels, 10)
     fast, reference = (ebp.init_network(architecture, "real", seed=2, input_side=side, dropout=dropout,
                                         real_update=real_update) for _ in range(2))
-    ebp.train_epoch(fast, x, y, batch_size, np.random.default_rng(5), engine="fast")
-    ebp.train_epoch(reference, x, y, batch_size, np.random.default_rng(5), engine="reference")
+    ebp_train.train_epoch(fast, x, y, batch_size, np.random.default_rng(5), engine="fast")
+    ebp_train.train_epoch(reference, x, y, batch_size, np.random.default_rng(5), engine="reference")
     for k, (a, b) in enumerate(zip(fast.layers, reference.layers)):
         assert np.abs(a.h - b.h).max() <= 1e-4 * np.abs(b.h).max(), f"layer {k + 1}: h differs"
         assert np.abs(a.b - b.b).max() <= 1e-4 * max(np.abs(b.b).max(), 1.0), f"layer {k + 1}: b differs"
@@ -184,4 +185,4 @@ def test_the_jax_engine_refuses_the_variant():
     net = ebp.init_network([5, 3], "real", input_side=SIDE, real_update="authors")
     x, y = data(10, classes=3)
     with pytest.raises(ValueError, match="real_update='spec' only"):
-        ebp.train_steps(net, x, y, np.arange(10), 10, None, engine="jax")
+        ebp_train.train_steps(net, x, y, np.arange(10), 10, None, engine="jax")

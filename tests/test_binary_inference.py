@@ -20,6 +20,7 @@ import ebp_binary as eb
 import ebp_binary_format as ebf
 import ebp_data
 import ebp_lib as ebp
+import ebp_train
 
 N_TRAIN = 3000
 CASES = {  # name: (architecture, dropout)
@@ -38,7 +39,7 @@ def data(real_data_dir):
 
 def train(architecture, dropout, data, weights="binary"):
     net = ebp.init_network(architecture, weights, seed=0, dropout=dropout)
-    ebp.train_epoch(net, data.x_train, data.y_train, 10, np.random.default_rng(0), engine="fast")
+    ebp_train.train_epoch(net, data.x_train, data.y_train, 10, np.random.default_rng(0), engine="fast")
     return net
 
 

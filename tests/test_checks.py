@@ -7,6 +7,7 @@ import ebp_analysis as analysis
 import ebp_checks as checks
 import ebp_data
 import ebp_lib as ebp
+import ebp_train
 
 
 def test_pm1_sum_distribution_and_exact_sign_mean_against_sampling():
@@ -49,18 +50,18 @@ def test_learning_curve_trains_as_train_epoch_and_records_where_asked(eval_every
                                     engine="reference")
     rng = np.random.default_rng(3)
     for epoch in range(2):
-        ebp.train_epoch(same, data.x_train, data.y_train, 10, rng, epoch, engine="reference")
+        ebp_train.train_epoch(same, data.x_train, data.y_train, 10, rng, epoch, engine="reference")
     for a, b in zip(net.layers, same.layers):  # the same steps and random draws, in the same order
         np.testing.assert_array_equal(a.h, b.h)
     steps = sorted({k for k in range(0, 25, eval_every)} | {12, 24})
     assert [p["step"] for p in curve] == steps
-    assert curve[-1]["epoch"] == 2.0 and curve[-1]["ebp_p"] == ebp.evaluate(net, data.x_test[:40], data.labels_test[:40],
+    assert curve[-1]["epoch"] == 2.0 and curve[-1]["ebp_p"] == ebp_train.evaluate(net, data.x_test[:40], data.labels_test[:40],
                                                                            engine="reference")["ebp_p"]
 
 
 def test_learning_curve_with_the_fast_engine_follows_the_reference():
     data = small_data()
-    nets = {e: ebp.init_network([6, 3], "real", seed=1, input_side=4) for e in ebp.ENGINES}
+    nets = {e: ebp.init_network([6, 3], "real", seed=1, input_side=4) for e in ebp_train.ENGINES}
     for engine, net in nets.items():
         analysis.learning_curve(net, data, 2, batch_size=5, seed=3, eval_every=10, n_test=40, engine=engine)
     for a, b in zip(nets["fast"].layers, nets["reference"].layers):
@@ -258,7 +259,7 @@ def test_train_epoch_variant_without_misprints_is_the_reference_epoch():
     data = small_data()
     nets = [ebp.init_network([6, 3], "binary", seed=1, input_side=4) for _ in range(3)]
     checks.train_epoch_variant(nets[0], data.x_train, data.y_train, 10, np.random.default_rng(5))
-    ebp.train_epoch(nets[1], data.x_train, data.y_train, 10, np.random.default_rng(5), engine="reference")
+    ebp_train.train_epoch(nets[1], data.x_train, data.y_train, 10, np.random.default_rng(5), engine="reference")
     for a, b in zip(nets[0].layers, nets[1].layers):
         assert np.array_equal(a.h, b.h) and np.array_equal(a.b, b.b)
     checks.train_epoch_variant(nets[2], data.x_train, data.y_train, 10, np.random.default_rng(5), factor_two=False)

@@ -8,6 +8,7 @@ import ebp_analysis as analysis
 import ebp_checks
 import ebp_data
 import ebp_lib as ebp
+import ebp_train
 
 
 def small_net(weights, architecture=(5, 4, 3), seed=0, scale=4.0):
@@ -186,19 +187,19 @@ def test_overlapping_minibatches_follow_the_matlab_loop():
 
 @pytest.mark.parametrize("weights", ["binary", "real"])
 def test_authors_loop_without_lag_is_ebp_lib_reference_step(weights):
-    """lag=False, and a stale h equal to the current one, are ebp_lib.train_step(engine="reference") exactly."""
+    """lag=False, and a stale h equal to the current one, are ebp_train.train_step(engine="reference") exactly."""
     x, y = images(40), ebp_data.one_vs_all(np.random.default_rng(2).integers(0, 3, 40), 3)
     batches = analysis.overlapping_minibatches(np.random.default_rng(3).permutation(40), 4)
     ours, theirs = small_net(weights, scale=1.0), small_net(weights, scale=1.0)
     analysis.train_authors_loop(ours, x, y, batches, lag=False)
     for idx in batches:
-        ebp.train_step(theirs, x[idx], y[idx], engine="reference")
+        ebp_train.train_step(theirs, x[idx], y[idx], engine="reference")
     for a, b in zip(ours.layers, theirs.layers):
         np.testing.assert_array_equal(a.h, b.h)
         np.testing.assert_array_equal(a.b, b.b)
     net, ref = small_net(weights), small_net(weights)
     before = ebp.lagged_step(net, [layer.h.copy() for layer in net.layers], x[:5], y[:5], None, None)
-    ebp.train_step(ref, x[:5], y[:5], engine="reference")
+    ebp_train.train_step(ref, x[:5], y[:5], engine="reference")
     for a, b in zip(net.layers, ref.layers):
         np.testing.assert_array_equal(a.h, b.h)
         np.testing.assert_array_equal(a.b, b.b)
@@ -253,15 +254,15 @@ def test_lagged_loop_by_hand(weights):
 
 @pytest.mark.parametrize("weights", ["binary", "real"])
 def test_fast_engine_on_overlapping_windows_takes_one_step_per_window(weights):
-    """ebp_lib.train_steps (fast engine, float32) over the concatenated windows with batch_size 11 is the
+    """ebp_train.train_steps (fast engine, float32) over the concatenated windows with batch_size 11 is the
     reference step on every window (float32 agreement); batch_size 10 over the same order is not."""
     x, y = images(45), ebp_data.one_vs_all(np.random.default_rng(4).integers(0, 3, 45), 3)
     windows = analysis.overlapping_minibatches(np.random.default_rng(5).permutation(45), 10)
     assert [len(w) for w in windows] == [11, 11, 11, 11, 5]
     ref, fast, wrong = (small_net(weights, scale=1.0) for _ in range(3))
     analysis.train_authors_loop(ref, x, y, windows, lag=False)
-    ebp.train_steps(fast, x, y, np.concatenate(windows), 11, None, engine="fast")
-    ebp.train_steps(wrong, x, y, np.concatenate(windows), 10, None, engine="fast")
+    ebp_train.train_steps(fast, x, y, np.concatenate(windows), 11, None, engine="fast")
+    ebp_train.train_steps(wrong, x, y, np.concatenate(windows), 10, None, engine="fast")
     for a, b in zip(ref.layers, fast.layers):
         np.testing.assert_allclose(b.h, a.h, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(b.b, a.b, rtol=1e-4, atol=1e-5)

@@ -9,6 +9,7 @@ import ebp_checkpoint
 import ebp_checks as checks
 import ebp_data
 import ebp_lib as ebp
+import ebp_train
 
 WEIGHTS = ["binary", "real"]
 
@@ -131,7 +132,7 @@ def test_non_finite_posterior_stops_training_naming_layer_and_step():
     net.layers[1].h[0, 0] = np.nan  # e.g. a corrupted checkpoint
     before = [layer.h.copy() for layer in net.layers]
     with pytest.raises(FloatingPointError, match=r"layer \d+ at step 0 of epoch 1"):
-        ebp.train_epoch(net, x, y, 5, np.random.default_rng(0))
+        ebp_train.train_epoch(net, x, y, 5, np.random.default_rng(0))
     for layer, old in zip(net.layers, before):  # nothing was updated with the bad Δ
         np.testing.assert_array_equal(layer.h, old)
 
@@ -157,7 +158,7 @@ def test_paper_spatial_architectures():
 def test_training_never_changes_a_masked_weight(weights):
     net = ebp.init_network([("local", 3), ("local", 2), 4], weights, seed=0, input_side=6)
     x, y = batch(net, n=50)
-    ebp.train_epoch(net, x, y, 5, np.random.default_rng(0))
+    ebp_train.train_epoch(net, x, y, 5, np.random.default_rng(0))
     for layer in net.layers[:2]:
         assert np.all(layer.h[~layer.mask] == 0)
         assert np.all(layer.h[layer.mask] != 0)
@@ -180,10 +181,10 @@ def tiny_net(**kwargs):
 @pytest.mark.parametrize("dropout", [None, "sampled"])
 def test_resume_is_bit_identical(tmp_path, dropout):
     data = tiny_data()
-    straight, history = ebp.fit(tiny_net(dropout=dropout), data, 3, batch_size=4, seed=5)
+    straight, history = ebp_train.fit(tiny_net(dropout=dropout), data, 3, batch_size=4, seed=5)
     ckpt = tmp_path / "run.npz"
-    ebp.fit(tiny_net(dropout=dropout), data, 1, batch_size=4, seed=5, checkpoint=ckpt)  # "interrupted"
-    resumed, history2 = ebp.fit(tiny_net(dropout=dropout), data, 3, batch_size=4, seed=5, checkpoint=ckpt)
+    ebp_train.fit(tiny_net(dropout=dropout), data, 1, batch_size=4, seed=5, checkpoint=ckpt)  # "interrupted"
+    resumed, history2 = ebp_train.fit(tiny_net(dropout=dropout), data, 3, batch_size=4, seed=5, checkpoint=ckpt)
     for a, b in zip(straight.layers, resumed.layers):
         np.testing.assert_array_equal(a.h, b.h)
         np.testing.assert_array_equal(a.b, b.b)
@@ -193,9 +194,9 @@ def test_resume_is_bit_identical(tmp_path, dropout):
 
 def test_same_seed_same_result_and_different_seed_differs():
     data = tiny_data()
-    a, _ = ebp.fit(tiny_net(), data, 1, seed=0)
-    b, _ = ebp.fit(tiny_net(), data, 1, seed=0)
-    c, _ = ebp.fit(tiny_net(), data, 1, seed=1)
+    a, _ = ebp_train.fit(tiny_net(), data, 1, seed=0)
+    b, _ = ebp_train.fit(tiny_net(), data, 1, seed=0)
+    c, _ = ebp_train.fit(tiny_net(), data, 1, seed=1)
     np.testing.assert_array_equal(a.layers[0].h, b.layers[0].h)
     assert not np.array_equal(a.layers[0].h, c.layers[0].h)
 
@@ -203,33 +204,33 @@ def test_same_seed_same_result_and_different_seed_differs():
 def test_checkpoint_of_another_configuration_is_refused(tmp_path):
     data = tiny_data()
     ckpt = tmp_path / "run.npz"
-    ebp.fit(tiny_net(), data, 1, checkpoint=ckpt)
+    ebp_train.fit(tiny_net(), data, 1, checkpoint=ckpt)
     with pytest.raises(ebp_checkpoint.CheckpointMismatchError, match="another run"):
-        ebp.fit(ebp.init_network([8, 8, 3], "real", seed=1, input_side=3), data, 2, checkpoint=ckpt)
+        ebp_train.fit(ebp.init_network([8, 8, 3], "real", seed=1, input_side=3), data, 2, checkpoint=ckpt)
 
 
 def test_checkpoint_of_other_data_settings_is_refused_naming_both(tmp_path):
     """Resuming must not mix two runs that differ only in their data (MNIST epochs, then Fashion-MNIST)."""
     data, ckpt = tiny_data(), tmp_path / "ckpt.npz"
-    ebp.fit(tiny_net(), data, 1, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500})
+    ebp_train.fit(tiny_net(), data, 1, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500})
     with pytest.raises(ebp_checkpoint.CheckpointMismatchError) as err:
-        ebp.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "fashion-mnist", "n_train": 500})
+        ebp_train.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "fashion-mnist", "n_train": 500})
     assert "dataset: checkpoint 'mnist', this run 'fashion-mnist'" in str(err.value)
     with pytest.raises(ebp_checkpoint.CheckpointMismatchError, match="engine"):
-        ebp.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500},
+        ebp_train.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500},
                 engine="reference")
-    net, history = ebp.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500})
+    net, history = ebp_train.fit(tiny_net(), data, 2, checkpoint=ckpt, run_config={"dataset": "mnist", "n_train": 500})
     assert len(history) == 2
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated", "flipped", "not npz"])
 def test_unreadable_checkpoint_is_named(tmp_path, damage):
     data, ckpt = tiny_data(), tmp_path / "ckpt.npz"
-    ebp.fit(tiny_net(), data, 1, checkpoint=ckpt)
+    ebp_train.fit(tiny_net(), data, 1, checkpoint=ckpt)
     raw = ckpt.read_bytes()
     ckpt.write_bytes({"empty": b"", "truncated": raw[:len(raw) // 2], "not npz": b"hello",
                       "flipped": raw[:200] + bytes([raw[200] ^ 0xFF]) + raw[201:]}[damage])
-    for call in (lambda: ebp.fit(tiny_net(), data, 2, checkpoint=ckpt), lambda: ebp_checkpoint.read_network_meta(ckpt)):
+    for call in (lambda: ebp_train.fit(tiny_net(), data, 2, checkpoint=ckpt), lambda: ebp_checkpoint.read_network_meta(ckpt)):
         with pytest.raises(ebp_checkpoint.CheckpointError, match=f"cannot read {ckpt}.*[Mm]ove it aside"):
             call()
 
@@ -244,7 +245,7 @@ def test_a_checkpoint_whose_arrays_do_not_fit_its_architecture_is_refused(tmp_pa
     x = rng.standard_normal((40, 784))
     data = ebp_data.Dataset("tiny", "none", x, ebp_data.one_vs_all(labels, 10), labels, x[:20],
                             ebp_data.one_vs_all(labels[:20], 10), labels[:20])
-    ebp.fit(ebp.init_network([200, 10], "binary", seed=0), data, 1, checkpoint=ckpt)
+    ebp_train.fit(ebp.init_network([200, 10], "binary", seed=0), data, 1, checkpoint=ckpt)
     with np.load(ckpt) as f:
         arrays = {name: f[name] for name in f.files}
 
@@ -258,7 +259,7 @@ def test_a_checkpoint_whose_arrays_do_not_fit_its_architecture_is_refused(tmp_pa
                                                          r"recorded architecture \[200, 10\] .* shape \[200, 784\]"):
         ebp.load_network(narrow)
     with pytest.raises(ebp_checkpoint.CheckpointError, match="array 'h0'"):
-        ebp.fit(ebp.init_network([200, 10], "binary", seed=0), data, 2, checkpoint=narrow)
+        ebp_train.fit(ebp.init_network([200, 10], "binary", seed=0), data, 2, checkpoint=narrow)
     with pytest.raises(ebp_checkpoint.CheckpointError, match=r"arrays \['h2'\] are not part of"):
         ebp.load_network(variant("extra", h2=arrays["h1"]))
     with pytest.raises(ebp_checkpoint.CheckpointError, match="array 'b1' is missing"):
@@ -334,9 +335,9 @@ def test_save_and_load_round_trip(tmp_path, weights):
 def test_sampled_dropout_step_without_rng_is_refused():
     net = small_net("binary", dropout="sampled")
     x, y = batch(net)
-    for engine in ebp.ENGINES:
+    for engine in ebp_train.ENGINES:
         with pytest.raises(ValueError, match="pass rng="):
-            ebp.train_step(net, x, y, engine=engine)
+            ebp_train.train_step(net, x, y, engine=engine)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -358,7 +359,7 @@ def test_invalid_network_arguments(kwargs, message):
 @pytest.mark.parametrize("batch_size", [0, -1, 2.5, True])
 def test_invalid_batch_size(batch_size):
     with pytest.raises(ValueError, match="batch_size"):
-        ebp.fit(tiny_net(), tiny_data(), 1, batch_size=batch_size)
+        ebp_train.fit(tiny_net(), tiny_data(), 1, batch_size=batch_size)
 
 
 def test_wrong_data_shape_fails_before_training():
@@ -366,9 +367,9 @@ def test_wrong_data_shape_fails_before_training():
     before = net.layers[0].h.copy()
     data = tiny_data()
     with pytest.raises(ValueError, match="inputs have shape"):
-        ebp.train_epoch(net, data.x_train[:, :8], data.y_train, 4, np.random.default_rng(0))
+        ebp_train.train_epoch(net, data.x_train[:, :8], data.y_train, 4, np.random.default_rng(0))
     with pytest.raises(ValueError, match="targets have shape"):
-        ebp.train_epoch(net, data.x_train, data.y_train[:, :2], 4, np.random.default_rng(0))
+        ebp_train.train_epoch(net, data.x_train, data.y_train[:, :2], 4, np.random.default_rng(0))
     np.testing.assert_array_equal(net.layers[0].h, before)
 
 
@@ -393,10 +394,10 @@ def mnist(real_data_dir):
 
 def test_one_epoch_on_mnist_learns(mnist):
     """[784, 200, 10], default settings, one epoch: bounds from a plain implementation of docs/maths.md (6.6% / 10.2%)."""
-    binary, _ = ebp.fit(ebp.init_network([200, 10], "binary", seed=0), mnist, 1, n_train_eval=0)
-    real, _ = ebp.fit(ebp.init_network([200, 10], "real", seed=0), mnist, 1, n_train_eval=0)
-    b = ebp.evaluate(binary, mnist.x_test, mnist.labels_test)
-    r = ebp.evaluate(real, mnist.x_test, mnist.labels_test)
+    binary, _ = ebp_train.fit(ebp.init_network([200, 10], "binary", seed=0), mnist, 1, n_train_eval=0)
+    real, _ = ebp_train.fit(ebp.init_network([200, 10], "real", seed=0), mnist, 1, n_train_eval=0)
+    b = ebp_train.evaluate(binary, mnist.x_test, mnist.labels_test)
+    r = ebp_train.evaluate(real, mnist.x_test, mnist.labels_test)
     assert b["ebp_p"] < 0.08 and b["ebp_d"] < 0.12, b
     assert r["ebp_p"] <= b["ebp_p"], (r, b)
 
@@ -418,9 +419,10 @@ def test_every_engine_argument_defaults_to_the_same_engine():
 
     import ebp_analysis
 
-    functions = [ebp.train_step, ebp.train_epoch, ebp.train_steps, ebp.fit, ebp.evaluate, ebp_analysis.learning_curve]
-    assert {inspect.signature(f).parameters["engine"].default for f in functions} == {ebp.DEFAULT_ENGINE}
-    assert ebp.DEFAULT_ENGINE in ebp.ENGINES
+    functions = [ebp_train.train_step, ebp_train.train_epoch, ebp_train.train_steps, ebp_train.fit, ebp_train.evaluate,
+                 ebp_analysis.learning_curve]
+    assert {inspect.signature(f).parameters["engine"].default for f in functions} == {ebp_train.DEFAULT_ENGINE}
+    assert ebp_train.DEFAULT_ENGINE in ebp_train.ENGINES
 
 
 def test_importing_the_readable_modules_does_not_import_numba():
@@ -492,12 +494,12 @@ def test_the_maths_tables_name_code_that_exists():
 
 def test_every_engine_resolves_to_its_three_operations():
     """ENGINES is the one place an engine name is resolved; an unknown name is refused there."""
-    for name in ebp.ENGINES:
-        engine = ebp.resolve_engine(name)
+    for name in ebp_train.ENGINES:
+        engine = ebp_train.resolve_engine(name)
         assert callable(engine.step) and callable(engine.steps) and callable(engine.outputs)
     for bad in ("gpu", None, ["fast"]):
         with pytest.raises(ValueError, match="unknown engine"):
-            ebp.resolve_engine(bad)
+            ebp_train.resolve_engine(bad)
 
 
 @pytest.mark.parametrize("weights", WEIGHTS)
@@ -517,7 +519,7 @@ def test_held_mask_reading_is_a_full_matrix_with_masked_weights_at_zero(weights)
     assert np.all(held.layers[0].normaliser == 10) and np.all(absent.layers[0].normaliser == 5)
     # the held weights add variance
     assert np.all(f_held.sigma2[0] > f_absent.sigma2[0] * absent.layers[0].normaliser / held.layers[0].normaliser)
-    ebp.train_step(held, x, y, engine="reference")
+    ebp_train.train_step(held, x, y, engine="reference")
     mask = held.layers[0].mask
     assert np.all(held.layers[0].h[~mask] == 0) and np.any(held.layers[0].h[mask] != dense.layers[0].h[mask])
     with pytest.raises(ValueError, match="mask reading"):

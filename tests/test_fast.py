@@ -20,6 +20,7 @@ from scipy import special
 import ebp_data
 import ebp_fast
 import ebp_lib as ebp
+import ebp_train
 
 SIDE = 12  # 144 inputs: small enough that 300 reference updates take milliseconds
 # The float32 engines held to the reference by the same tests; JAX is a dependency, but a missing one skips.
@@ -68,8 +69,8 @@ def test_float32_engine_equals_reference_after_300_updates(weights, architecture
     x, y = data(300 * batch_size)
     fast, reference = (net_for(weights, architecture, dropout, init_scale) for _ in range(2))
     rng_fast, rng_reference = np.random.default_rng(5), np.random.default_rng(5)
-    ebp.train_epoch(fast, x, y, batch_size, rng_fast, engine=engine)
-    ebp.train_epoch(reference, x, y, batch_size, rng_reference, engine="reference")
+    ebp_train.train_epoch(fast, x, y, batch_size, rng_fast, engine=engine)
+    ebp_train.train_epoch(reference, x, y, batch_size, rng_reference, engine="reference")
     assert rng_fast.bit_generator.state == rng_reference.bit_generator.state  # the same random draws
     moved = max(np.abs(layer.h - start.h).max() for layer, start in
                 zip(reference.layers, net_for(weights, architecture, dropout, init_scale).layers))
@@ -87,15 +88,15 @@ def test_held_mask_reading_float32_engine_equals_reference(weights, architecture
     x, y = data(300 * batch_size)
     fast, reference = (ebp.init_network(architecture, weights, seed=2, input_side=SIDE, dropout=dropout,
                                         mask_reading="held") for _ in range(2))
-    ebp.train_epoch(fast, x, y, batch_size, np.random.default_rng(5), engine=engine)
-    ebp.train_epoch(reference, x, y, batch_size, np.random.default_rng(5), engine="reference")
+    ebp_train.train_epoch(fast, x, y, batch_size, np.random.default_rng(5), engine=engine)
+    ebp_train.train_epoch(reference, x, y, batch_size, np.random.default_rng(5), engine="reference")
     assert_close_networks(fast, reference)
     for layer in fast.layers:
         if layer.mask is not None:
             assert np.all(layer.h[~layer.mask] == 0)  # held at 0
     labels = y.argmax(axis=1)
-    fast_errors = ebp.evaluate(fast, x, labels, engine=engine)
-    assert fast_errors == ebp.evaluate(fast, x, labels, engine="reference")
+    fast_errors = ebp_train.evaluate(fast, x, labels, engine=engine)
+    assert fast_errors == ebp_train.evaluate(fast, x, labels, engine="reference")
 
 
 @pytest.mark.parametrize("engine", FLOAT32_ENGINES)
@@ -113,8 +114,8 @@ def test_float32_engine_leaves_inputs_that_are_always_zero_alone(weights, archit
     fast, reference = (net_for(weights, architecture, dropout, 1.0) for _ in range(2))
     start = fast.layers[0].h.copy()
     rng_fast, rng_reference = np.random.default_rng(5), np.random.default_rng(5)
-    ebp.train_epoch(fast, x, y, batch_size, rng_fast, engine=engine)
-    ebp.train_epoch(reference, x, y, batch_size, rng_reference, engine="reference")
+    ebp_train.train_epoch(fast, x, y, batch_size, rng_fast, engine=engine)
+    ebp_train.train_epoch(reference, x, y, batch_size, rng_reference, engine="reference")
     assert rng_fast.bit_generator.state == rng_reference.bit_generator.state  # masks drawn for every pixel
     assert_close_networks(fast, reference)
     unused = fast.layers[0].h[:, border.ravel()]
@@ -127,8 +128,8 @@ def test_float32_step_on_blank_images_changes_only_biases_and_deeper_layers(engi
     x, y = data(4)
     x[:] = 0.0  # no input column is used: the first layer's h stays as it was
     fast, reference = (net_for("binary", [20, 15, 10], None, 1.0) for _ in range(2))
-    ebp.train_step(fast, x, y, engine=engine)
-    ebp.train_step(reference, x, y, engine="reference")
+    ebp_train.train_step(fast, x, y, engine=engine)
+    ebp_train.train_step(reference, x, y, engine="reference")
     assert_close_networks(fast, reference)
     assert np.array_equal(fast.layers[0].h, net_for("binary", [20, 15, 10], None, 1.0).layers[0].h.astype(np.float32))
 
@@ -139,8 +140,8 @@ def test_float32_train_step_equals_reference_and_keeps_dtype(weights, engine):
     x, y = data(7)
     for dtype in (np.float64, np.float32):
         fast, reference = (net_for(weights, [20, 15, 10], "sampled", 3.0, dtype) for _ in range(2))
-        ebp.train_step(fast, x, y, np.random.default_rng(1), engine=engine)
-        ebp.train_step(reference, x, y, np.random.default_rng(1), engine="reference")
+        ebp_train.train_step(fast, x, y, np.random.default_rng(1), engine=engine)
+        ebp_train.train_step(reference, x, y, np.random.default_rng(1), engine="reference")
         assert all(layer.h.dtype == dtype and layer.b.dtype == dtype for layer in fast.layers)
         assert_close_networks(fast, reference)
 
@@ -150,8 +151,8 @@ def test_float32_network_matches_float64_reference(engine):
     x, y = data(1000)
     fast = net_for("binary", [20, 15, 10], None, 1.0, np.float32)
     reference = net_for("binary", [20, 15, 10], None, 1.0)
-    ebp.train_epoch(fast, x.astype(np.float32), y.astype(np.float32), 4, np.random.default_rng(0), engine=engine)
-    ebp.train_epoch(reference, x, y, 4, np.random.default_rng(0), engine="reference")
+    ebp_train.train_epoch(fast, x.astype(np.float32), y.astype(np.float32), 4, np.random.default_rng(0), engine=engine)
+    ebp_train.train_epoch(reference, x, y, 4, np.random.default_rng(0), engine="reference")
     assert_close_networks(fast, reference)
 
 
@@ -251,7 +252,7 @@ def test_non_finite_stops_with_the_same_error(engine, bad):
     net.layers[1].h[0, 0] = bad
     before = [layer.h.copy() for layer in net.layers]
     with pytest.raises(FloatingPointError, match=r"non-finite (Δ in|h of) layer \d+ at step 0 of epoch 1"):
-        ebp.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
+        ebp_train.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
     for layer, old in zip(net.layers, before):
         np.testing.assert_array_equal(layer.h, old)
 
@@ -265,7 +266,7 @@ def test_nan_bias_is_named(engine, k):
     net.layers[k].b[3] = np.nan
     before = [(layer.h.copy(), layer.b.copy()) for layer in net.layers]
     with pytest.raises(FloatingPointError, match=f"NaN/inf in b of layer {k + 1}"):
-        ebp.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
+        ebp_train.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
     for layer, (h, b) in zip(net.layers, before):
         np.testing.assert_array_equal(layer.h, h)
         np.testing.assert_array_equal(layer.b, b)
@@ -279,7 +280,7 @@ def test_float32_nan_image_stops_before_its_update(float32_engine):
     fast, reference = (net_for("binary", [20, 15, 10], None, 1.0) for _ in range(2))
     for net, engine in ((fast, float32_engine), (reference, "reference")):
         with pytest.raises(FloatingPointError, match=rf"non-finite Δ in layer \d+ at step {step} of epoch 1"):
-            ebp.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
+            ebp_train.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
     assert_close_networks(fast, reference)  # both stopped after the same finite steps
 
 
@@ -293,7 +294,7 @@ def test_fast_overflow_during_a_call_leaves_the_network_as_it_was(monkeypatch):
         return 4, -1
     monkeypatch.setattr(ebp_fast, "_train_steps", overflowing)
     with pytest.raises(FloatingPointError, match="overflowed"):
-        ebp.train_epoch(net, x, y, 10, np.random.default_rng(0), engine="fast")
+        ebp_train.train_epoch(net, x, y, 10, np.random.default_rng(0), engine="fast")
     for layer, old in zip(net.layers, before):
         np.testing.assert_array_equal(layer.h, old)
 
@@ -301,26 +302,26 @@ def test_fast_overflow_during_a_call_leaves_the_network_as_it_was(monkeypatch):
 def test_unknown_engine_is_refused():
     x, y = data(10)
     with pytest.raises(ValueError, match="unknown engine"):
-        ebp.train_epoch(net_for("binary", [20, 10], None, 1.0), x, y, 10, np.random.default_rng(0), engine="gpu")
+        ebp_train.train_epoch(net_for("binary", [20, 10], None, 1.0), x, y, 10, np.random.default_rng(0), engine="gpu")
 
 
 @pytest.mark.parametrize("engine", FLOAT32_ENGINES)
 @pytest.mark.parametrize("weights, architecture, dropout, init_scale", CASES)
 def test_float32_evaluation_equals_reference(weights, architecture, dropout, init_scale, engine):
-    """fit evaluates with the training engine: the float32 outputs (the fast engine's ebp_lib.float32_outputs, EBP-D
+    """fit evaluates with the training engine: the float32 outputs (the fast engine's ebp_train.float32_outputs, EBP-D
     output_ebp_d on the float32 network; the JAX engine's ebp_jax._outputs) are within 1e-5 of the reference's, and
     the predicted classes agree except on near-ties (none here; at most 1 image in 1,000 allowed)."""
     x, y = data(3000)
     net = net_for(weights, architecture, dropout, init_scale)
-    ebp.train_epoch(net, x, y, 10, np.random.default_rng(0))
+    ebp_train.train_epoch(net, x, y, 10, np.random.default_rng(0))
     x_test, y_test = data(1000, seed=1)
     labels = y_test.argmax(axis=1)
-    with ebp.resolve_engine(engine).outputs(net) as outputs:
+    with ebp_train.resolve_engine(engine).outputs(net) as outputs:
         ebp_p32, ebp_d32 = outputs(x_test)
     assert ebp_p32.dtype == ebp_d32.dtype == np.float32
     assert np.abs(ebp_p32 - ebp.output_ebp_p(net, x_test)).max() < 1e-5
     assert np.sum(ebp_d32.argmax(axis=1) != ebp.output_ebp_d(net, x_test).argmax(axis=1)) <= 1
-    fast, reference = (ebp.evaluate(net, x_test, labels, engine=e) for e in (engine, "reference"))
+    fast, reference = (ebp_train.evaluate(net, x_test, labels, engine=e) for e in (engine, "reference"))
     assert abs(fast["ebp_p"] - reference["ebp_p"]) <= 1e-3 and abs(fast["ebp_d"] - reference["ebp_d"]) <= 1e-3
     assert 0.02 < reference["ebp_p"] < 0.9  # the network learned something, and not everything
 

@@ -22,6 +22,7 @@ from fake_runs import load_script
 
 import ebp_data
 import ebp_lib
+import ebp_train
 from reproduction import folder, group, paper_tables, parameters, records, runner
 from tests.test_fast import data
 
@@ -49,7 +50,7 @@ def assert_same_networks(a, b, what):
 def test_every_run_of_a_group_is_the_run_trained_alone(weights, architecture, dropout, mask_reading):
     """Three runs (seeds 0-2) of one configuration, two epochs of 305 images at batch 10 (30 minibatches in
     compiled calls and a remainder of 5 images, step by step), side by side (group_epoch) and each alone
-    (ebp_lib.train_epoch, engine="jax"): h and b identical, and each generator left in the same state."""
+    (ebp_train.train_epoch, engine="jax"): h and b identical, and each generator left in the same state."""
     x, y = data(305)
 
     def net(seed):
@@ -62,7 +63,7 @@ def test_every_run_of_a_group_is_the_run_trained_alone(weights, architecture, dr
     for seed, grouped, rng in zip(SEEDS, together, rngs):
         alone, own = net(seed), np.random.default_rng(seed)
         for epoch in range(2):
-            ebp_lib.train_epoch(alone, x, y, 10, own, epoch, engine="jax")
+            ebp_train.train_epoch(alone, x, y, 10, own, epoch, engine="jax")
         assert_same_networks(grouped, alone, f"seed {seed}")
         assert rng.bit_generator.state == own.bit_generator.state  # the same orders and masks were drawn
     assert not np.array_equal(together[0].layers[0].h, together[1].layers[0].h)  # three runs, not one
@@ -79,11 +80,11 @@ def test_a_run_that_is_not_finite_stops_as_alone_and_the_others_go_on():
     alone = ebp_lib.init_network([20, 15, 10], "binary", seed=1, input_side=12)
     alone.layers[0].b[3] = np.nan
     with pytest.raises(FloatingPointError) as raised:
-        ebp_lib.train_epoch(alone, x, y, 10, np.random.default_rng(1), engine="jax")
+        ebp_train.train_epoch(alone, x, y, 10, np.random.default_rng(1), engine="jax")
     assert str(errors[1]) == str(raised.value) and "step 0 of epoch 1" in str(errors[1])
     for seed in (0, 2):
         other = ebp_lib.init_network([20, 15, 10], "binary", seed=seed, input_side=12)
-        ebp_lib.train_epoch(other, x, y, 10, np.random.default_rng(seed), engine="jax")
+        ebp_train.train_epoch(other, x, y, 10, np.random.default_rng(seed), engine="jax")
         assert_same_networks(nets[seed], other, f"seed {seed}")
 
 
@@ -118,7 +119,7 @@ def tiny_data(real_data_dir):
 def alone(seed, data, epochs, checkpoint=None):
     """binary-200 trained alone by engine="jax", as the experiment notebook trains it."""
     net = ebp_lib.init_network(parameters.architecture_layers("200"), "binary", seed=seed)
-    return ebp_lib.fit(net, data, epochs, TINY["batch_size"], seed, checkpoint=checkpoint, engine="jax",
+    return ebp_train.fit(net, data, epochs, TINY["batch_size"], seed, checkpoint=checkpoint, engine="jax",
                        run_config=parameters.run_config(tiny_jobs(Path("."), [seed])[0]["parameters"]))
 
 
@@ -131,7 +132,7 @@ def tiny_jobs(runs_dir, seeds=SEEDS, engine="jax"):
 def test_a_run_trained_in_a_group_equals_the_run_trained_alone(tmp_path, tiny_data):
     """Seeds 0-2 of binary [784, 200, 10], 2 epochs of 300 MNIST images, trained together (train_together, no
     notebook): each checkpoint holds exactly the network (h and b, float32), history and generator state that
-    ebp_lib.fit with engine="jax" saves for the run alone. Tolerance zero."""
+    ebp_train.fit with engine="jax" saves for the run alone. Tolerance zero."""
     jobs = tiny_jobs(tmp_path / "group")
     for job in jobs:
         job["parameters"]["epochs"] = 2
@@ -152,7 +153,7 @@ def test_a_run_trained_in_a_group_equals_the_run_trained_alone(tmp_path, tiny_da
 
 def interrupt_after(monkeypatch, checkpoints):
     """Stop train_together (as a kill would) before it writes checkpoint number `checkpoints` + 1."""
-    written, end_epoch = [], ebp_lib.end_epoch
+    written, end_epoch = [], ebp_train.end_epoch
 
     def counting(*args, **kwargs):
         if len(written) == checkpoints:

@@ -10,6 +10,7 @@ jax.config.update("jax_enable_x64", True)
 import ebp_data
 import ebp_jax
 import ebp_lib
+import ebp_train
 
 CONFIGS = [  # (weights, architecture, dropout, mask reading)
     ("binary", [12, 10], None, "absent"), ("real", [12, 10], None, "absent"),
@@ -45,7 +46,7 @@ def test_grad_with_frozen_variances_is_ebp(weights, architecture, dropout, mask_
     rng_lib, rng_jax = np.random.default_rng(7), np.random.default_rng(7)
     for step in range(5):
         xb, yb = x[8 * step:8 * step + 8], y[8 * step:8 * step + 8]
-        ebp_lib.train_step(net, xb, yb, rng=rng_lib, engine="reference")
+        ebp_train.train_step(net, xb, yb, rng=rng_lib, engine="reference")
         params = ebp_jax.ebp_step(params, xb, yb, dropout_masks(net, 8, rng_jax), s)
     for layer, (h, b) in zip(net.layers, params):
         scale = max(1.0, np.abs(layer.h).max())
@@ -69,13 +70,13 @@ def test_a_run_trained_in_a_group_equals_the_run_trained_alone():
 
 
 def test_an_epoch_in_one_call_equals_the_reference_epoch():
-    """train_epoch (lax.scan over 12 minibatches) against ebp_lib.train_steps in the same order (float64)."""
+    """train_epoch (lax.scan over 12 minibatches) against ebp_train.train_steps in the same order (float64)."""
     x, y = small_data(48, seed=4)
     net = ebp_lib.init_network([12, 9, 10], "real", seed=2, input_side=6)
     s = ebp_jax.structure(net)
     order = np.random.default_rng(0).permutation(48)
     params = ebp_jax.train_epoch(ebp_jax.parameters(net), x, y, order, s, 4)
-    ebp_lib.train_steps(net, x, y, order, 4, np.random.default_rng(0), engine="reference")
+    ebp_train.train_steps(net, x, y, order, 4, np.random.default_rng(0), engine="reference")
     for layer, (h, b) in zip(net.layers, params):
         np.testing.assert_allclose(np.asarray(h), layer.h, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.h).max()))
         np.testing.assert_allclose(np.asarray(b), layer.b, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.b).max()))
@@ -112,9 +113,9 @@ def test_jax_engine_stops_before_a_non_finite_step_like_the_reference():
     x[25] = np.nan  # minibatch 2 (images 20-29) of batch size 10
     net = net_for("binary", [30, 10], None, 1.0)
     with pytest.raises(FloatingPointError, match="step 2 of epoch 1"):
-        ebp_lib.train_steps(net, x, y, np.arange(40), 10, np.random.default_rng(0), engine="jax")
+        ebp_train.train_steps(net, x, y, np.arange(40), 10, np.random.default_rng(0), engine="jax")
     reference = net_for("binary", [30, 10], None, 1.0)
-    ebp_lib.train_steps(reference, x[:20], y[:20], np.arange(20), 10, np.random.default_rng(0), engine="reference")
+    ebp_train.train_steps(reference, x[:20], y[:20], np.arange(20), 10, np.random.default_rng(0), engine="reference")
     assert_close_networks(net, reference)  # the network is that of the last finite step
 
 

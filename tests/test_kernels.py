@@ -318,7 +318,7 @@ def check_backward(kernel, reference):
 
 def check_train_steps(kernel, reference):
     """60 steps through ebp_fast.train_steps (which runs the kernel on a working copy) against
-    ebp_lib.train_steps(engine="reference"): h and b within 1e-4 of the largest |h| (tests/test_fast.py: float32
+    ebp_train.train_steps(engine="reference"): h and b within 1e-4 of the largest |h| (tests/test_fast.py: float32
     rounding accumulated over the steps is ~1e-6 of it), and the same random draws."""
     assert kernel is ebp_fast._train_steps
     rng = np.random.default_rng(13)

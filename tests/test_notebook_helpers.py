@@ -10,6 +10,7 @@ import ebp_analysis as analysis
 import ebp_checks as checks
 import ebp_data
 import ebp_lib as ebp
+import ebp_train
 from reproduction import records
 
 
@@ -71,7 +72,7 @@ def test_calibration_over_epochs_trains_as_train_epoch_and_measures_the_final_ne
                                               engine="reference")
     order_rng = np.random.default_rng(2)
     for epoch in range(3):
-        ebp.train_epoch(twin, x, y, 5, order_rng, epoch, engine="reference")
+        ebp_train.train_epoch(twin, x, y, 5, order_rng, epoch, engine="reference")
     for a, b in zip(net.layers, twin.layers):
         np.testing.assert_array_equal(a.h, b.h)
     assert [r["epoch"] for r in record] == [1, 3]

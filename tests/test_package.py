@@ -1,5 +1,6 @@
-"""The reproduction package as a whole: its rooms import one another without a cycle, and importing them reads
-no notebook and no file under scripts/ (a module's behaviour never depends on a notebook's text)."""
+"""The project as a whole: its modules import one another without a cycle (lazy imports inside functions
+included), the maths imports no engine, and importing the reproduction package reads no notebook and no file under
+scripts/ (a module's behaviour never depends on a notebook's text)."""
 from __future__ import annotations
 
 import ast
@@ -10,52 +11,85 @@ from pathlib import Path
 
 import reproduction
 
+ROOT = Path(reproduction.__file__).parent.parent
 PACKAGE = Path(reproduction.__file__).parent
+ENGINES = {"ebp_train", "ebp_fast", "ebp_jax"}  # what runs the maths: ebp_lib may import none of them
 
 
-def room_imports() -> dict[str, set[str]]:
-    """{room: the rooms it imports} from the source of every module of the package."""
+def project_modules() -> dict[str, Path]:
+    """{dotted name: source} of every module of the project: the top-level ebp_*.py and each package's modules."""
+    modules = {path.stem: path for path in ROOT.glob("ebp_*.py")}
+    for package in (PACKAGE,):
+        modules.update({f"{package.name}.{path.stem}": path for path in package.glob("*.py")
+                        if path.stem != "__init__"})
+    return modules
+
+
+def module_imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """{module: the project modules it imports anywhere in its source} (`from reproduction import x` counts x)."""
     graph = {}
-    for path in PACKAGE.glob("*.py"):
+    for name, path in modules.items():
         imported = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == "reproduction":
-                imported.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("reproduction."):
-                imported.add(node.module.split(".")[1])
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
             elif isinstance(node, ast.Import):
-                imported.update(a.name.split(".")[1] for a in node.names if a.name.startswith("reproduction."))
-        graph[path.stem] = imported
+                imported.update(alias.name for alias in node.names)
+        graph[name] = imported & set(modules) - {name}
     return graph
 
 
-def test_the_rooms_import_one_another_without_a_cycle():
-    graph = room_imports()
-    assert graph["parameters"] == {"records"} and graph["records"] == set()  # the foundations
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph` as a path [a, b, ..., a], or None."""
     done, visiting = set(), []
 
-    def visit(room):
-        assert room not in visiting, f"import cycle: {' -> '.join(visiting + [room])}"
-        if room in done:
-            return
-        visiting.append(room)
-        for other in graph[room]:
-            visit(other)
+    def visit(module):
+        if module in visiting:
+            return visiting[visiting.index(module):] + [module]
+        if module in done:
+            return None
+        visiting.append(module)
+        for other in sorted(graph[module]):
+            found = visit(other)
+            if found:
+                return found
         visiting.pop()
-        done.add(room)
-    for room in graph:
-        visit(room)
+        done.add(module)
+        return None
+    for module in sorted(graph):
+        found = visit(module)
+        if found:
+            return found
+    return None
 
 
-def test_importing_the_rooms_reads_no_notebook_and_no_script():
-    """Every file opened while every room is imported, in a fresh interpreter: none is a notebook or lies under
+def test_the_modules_import_one_another_without_a_cycle():
+    graph = module_imports(project_modules())
+    assert graph["reproduction.parameters"] >= {"reproduction.records"} and graph["reproduction.records"] == set()
+    assert cycle(graph) is None, "import cycle: " + " -> ".join(cycle(graph))
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_maths_imports_no_engine():
+    graph = module_imports(project_modules())
+    assert graph["ebp_lib"] & ENGINES == set()
+    assert "ebp_lib" in graph["ebp_train"]
+
+
+def test_importing_the_package_reads_no_notebook_and_no_script():
+    """Every file opened while every module of the package is imported, in a fresh interpreter: none is a notebook or lies under
     scripts/ (paper_tables.csv is read when the tables are first asked for, not at import)."""
-    rooms = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem != "__init__")
+    modules = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem != "__init__")
     probe = ("import json, sys\n"
              "opened = []\n"
              "sys.addaudithook(lambda event, args: opened.append(str(args[0])) if event == 'open' else None)\n"
-             f"for room in {rooms!r}:\n"
-             "    __import__('reproduction.' + room)\n"
+             f"for module in {modules!r}:\n"
+             "    __import__('reproduction.' + module)\n"
              "print(json.dumps(opened))\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     opened = json.loads(done.stdout.splitlines()[-1])

@@ -176,7 +176,7 @@ def test_a_data_set_gets_its_own_folder_and_mnist_keeps_the_old_ones(rows, tmp_p
 
 
 def _fake_checkpoint(job, dataset):
-    """A one-epoch checkpoint of `job`'s network, recording `dataset` in its run configuration (as ebp_lib.fit
+    """A one-epoch checkpoint of `job`'s network, recording `dataset` in its run configuration (as ebp_train.fit
     writes it), without training."""
     import numpy as np
 

@@ -18,6 +18,7 @@ from fake_runs import ROOT, TINY, fake_notebook, fake_result
 
 import ebp_data
 import ebp_lib
+import ebp_train
 from reproduction import folder, paper_tables, parameters, results, runner
 
 # The kill test's run must outlive the ~2 s an orphaned worker and kernel may keep training after the runner is
@@ -36,7 +37,7 @@ def uninterrupted(real_data_dir):
     """The tiny configuration trained in one go, in this process."""
     data = ebp_data.load_dataset("mnist", n_train=TINY["n_train"])
     net = ebp_lib.init_network(ebp_lib.paper_architecture("200"), "binary", seed=0)
-    _, history = ebp_lib.fit(net, data, KILL_EPOCHS, TINY["batch_size"], seed=0)
+    _, history = ebp_train.fit(net, data, KILL_EPOCHS, TINY["batch_size"], seed=0)
     return [{k: r[k] for k in RECORD_KEYS} for r in history]
 
 
@@ -77,9 +78,9 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
     # a run that fails inside the notebook: its checkpoint was trained by the other engine, which fit refuses
     bad = tiny_job(tmp_path / "bad", epochs=KILL_EPOCHS)
     bad["key"] = "binary-200-bad"
-    other_engine = next(e for e in ebp_lib.ENGINES if e != ebp_lib.DEFAULT_ENGINE)
+    other_engine = next(e for e in ebp_train.ENGINES if e != ebp_train.DEFAULT_ENGINE)
     net = ebp_lib.init_network(parameters.architecture_layers("200"), "binary", seed=0)
-    ebp_lib.fit(net, ebp_data.load_dataset("mnist", n_train=TINY["n_train"]), 1, TINY["batch_size"], seed=0,
+    ebp_train.fit(net, ebp_data.load_dataset("mnist", n_train=TINY["n_train"]), 1, TINY["batch_size"], seed=0,
                 checkpoint=Path(bad["output_dir"]) / folder.CHECKPOINT_FILE, n_train_eval=0, engine=other_engine,
                 run_config=parameters.run_config(bad["parameters"]))
     failed, outcome = runner.run_batch([bad, job], n_jobs=1, echo=lambda *_: None)
@@ -91,7 +92,7 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
     assert not (out / folder.CHECKPOINT_FILE).exists() and (out / folder.CURVE_FILE).exists()
 
     assert failed["status"] == "failed" and failed["error"].startswith("CheckpointMismatchError"), failed
-    assert f"engine: checkpoint {other_engine!r}, this run {ebp_lib.DEFAULT_ENGINE!r}" in failed["error"], failed
+    assert f"engine: checkpoint {other_engine!r}, this run {ebp_train.DEFAULT_ENGINE!r}" in failed["error"], failed
     assert Path(failed["notebook"]) == Path(bad["output_dir"]) / "experiment.ipynb"
     assert Path(failed["notebook"]).exists()
     report = runner.summary([bad, job], [failed, outcome])
@@ -119,7 +120,7 @@ def test_a_held_run_trains_the_held_network(tmp_path, real_data_dir, rows):
     for reading in ("held", "absent"):
         layers = parameters.architecture_layers("block13")
         net = ebp_lib.init_network(layers, "binary", seed=0, mask_reading=reading)
-        expected[reading] = ebp_lib.fit(net, data, 1, 10, seed=0)[1][-1]
+        expected[reading] = ebp_train.fit(net, data, 1, 10, seed=0)[1][-1]
     assert expected["held"]["test_ebp_p"] != expected["absent"]["test_ebp_p"]
     assert result["final"] == {k: expected["held"][k] for k in result["final"]}
     loaded = results.load_results(tmp_path)

@@ -35,6 +35,7 @@ import pytest
 import ebp_checkpoint
 import ebp_data
 import ebp_lib
+import ebp_train
 import reproduction
 from reproduction.folder import (
     CHECKPOINT_FILE,
@@ -85,7 +86,7 @@ def train_in_process(job, data, epochs, n_train_eval=0):
     checkpoint = out / CHECKPOINT_FILE
     recorder = EpochRecorder(out, params, checkpoint, echo=lambda *_: None)
     net = ebp_lib.init_network(architecture_layers(params["architecture"]), params["weights"], params["seed"])
-    ebp_lib.fit(net, data, epochs, params["batch_size"], params["seed"], checkpoint=checkpoint,
+    ebp_train.fit(net, data, epochs, params["batch_size"], params["seed"], checkpoint=checkpoint,
                 n_train_eval=n_train_eval, on_epoch=recorder, engine=recorder.engine, run_config=run_config(params))
     return out
 
@@ -134,7 +135,7 @@ def test_resuming_with_other_data_settings_is_refused_naming_both(tmp_path, real
     net = ebp_lib.init_network(architecture_layers(params["architecture"]), params["weights"], params["seed"])
     data = ebp_data.load_dataset("fashion-mnist", "global", n_train=1000)
     with pytest.raises(ebp_checkpoint.CheckpointMismatchError) as mismatch:
-        ebp_lib.fit(net, data, 2, params["batch_size"], params["seed"], checkpoint=out / CHECKPOINT_FILE,
+        ebp_train.fit(net, data, 2, params["batch_size"], params["seed"], checkpoint=out / CHECKPOINT_FILE,
                     run_config=run_config(params))
     lines = str(mismatch.value).splitlines()
     for name, saved, wanted in [("dataset", "'mnist'", "'fashion-mnist'"), ("preprocessing", "'pixel'", "'global'"),
