@@ -12,8 +12,8 @@ data, never by a typed sentence: each mechanism below is a computed test on the 
 - EBP-D rounding: an EBP-D cell above the band whose EBP-P cell, from the same runs, lies within it;
 - not converged: ours is above the paper and the runs' test error still falls at epoch 120 (least-squares
   slope over the last 40 epochs below −SLOPE_STILL_FALLING points per 10 epochs, mean over seeds);
-- the authors' update (variant "authors" for real weights, and any other of UPDATE_VARIANTS that trains the
-  cell's weights, docs/maths.md §The authors' real-weight code) lies within the band;
+- the authors' code as of the paper (AUTHORS_CODE: variant "authors" for real weights, docs/maths.md §The authors'
+  real-weight code; "authors-2015" for binary weights, §The authors' binary code of 2015) lies within the band;
 - otherwise "unexplained".
 
 Across cells, patterns names the rows whose cells all lie on one side of the paper: a systematic difference,
@@ -32,9 +32,16 @@ SLOPE_STILL_FALLING = 0.1   # points per 10 epochs: beyond the epoch-to-epoch no
 OTHER_VARIANT = {("main", 3): "Table 3 analytic", ("Table 3 analytic", 3): "main",
                  ("main", 4): "Table 4 held", ("Table 4 held", 4): "main"}
 MECHANISM_NAMES = {3: "dropout reading", 4: "mask reading"}
-# The variants of the update (ebp_lib.UPDATES other than the spec): variants of these names hold the cells
-# trained with them (results.table_cells(..., real_update=name)), of the weight type each applies to.
-UPDATE_VARIANTS = ("authors", "authors-delta", "authors-variance")
+# The variants of the update (ebp_lib.UPDATES other than the spec), each of the weight type it applies to:
+# variant name → (update, Table 4's mask reading, the spec's variant it stands beside). Their cells are
+# results.table_cells(..., mask_reading, real_update=update).
+UPDATE_VARIANTS = {"authors": ("authors", "absent", "main"), "authors-delta": ("authors-delta", "absent", "main"),
+                   "authors-variance": ("authors-variance", "absent", "main"),
+                   "authors-2015": ("authors-2015", "absent", "main"),
+                   "authors-2015 held": ("authors-2015", "held", "Table 4 held")}
+# The update the authors' code computed when the paper was written, per weight type (docs/maths.md)
+AUTHORS_CODE = {"real": "authors", "binary": "authors-2015"}
+AUTHORS_CODE_NAMES = {"real": "the authors' real-weight code", "binary": "the authors' binary code of 2015"}
 VARIANT_READINGS = {"main": {3: "sampled", 4: "absent"}, "Table 3 analytic": {3: "analytic"},
                     "Table 4 held": {4: "held"}}
 MIN_DF = 4        # a family's own spread sets its band from 4 degrees of freedom (t = 2.78) on
@@ -43,14 +50,15 @@ MIN_PATTERN = 4   # cells of one row on one side of the paper: 2·0.5⁴ = 1/8 b
 
 def variant_spreads(variants: dict, variant: str = "main") -> dict:
     """{family: Spread} of one variant's cells, each family pooled over its own cells; a family with fewer than
-    MIN_DF degrees of freedom there (one or two cells of several seeds) is pooled with the main variant's cells
-    of the same table and row (the same network trained by nearly the same code), so that a t quantile of one
-    degree of freedom (12.7) never sets a band."""
+    MIN_DF degrees of freedom there (one or two cells of several seeds) is pooled with the cells of the same table
+    and row of the spec's variant it stands beside (UPDATE_VARIANTS; "main" for the readings: the same network
+    trained by nearly the same code), so that a t quantile of one degree of freedom (12.7) never sets a band."""
     own = finished_errors(variants[variant])
     spreads = rule.family_spreads(own)
-    if variant == "main" or "main" not in variants:
+    base = UPDATE_VARIANTS[variant][2] if variant in UPDATE_VARIANTS else "main"
+    if variant == base or base not in variants:
         return spreads
-    both = rule.family_spreads({**{("main", *key): e for key, e in finished_errors(variants["main"]).items()},
+    both = rule.family_spreads({**{(base, *key): e for key, e in finished_errors(variants[base]).items()},
                                 **{(variant, *key): e for key, e in own.items()}}, family=lambda key: key[1:3])
     return {name: spread if spread.df >= MIN_DF else both[name] for name, spread in {**both, **spreads}.items()}
 
@@ -89,11 +97,12 @@ def mechanisms(row: dict, rows: list[dict], variants: dict, variant: str = "main
             reading = VARIANT_READINGS[other][row["table"]]
             found.append(f"{MECHANISM_NAMES[row['table']]}: the {reading} reading gives {alternative.mean:.2f}, "
                          f"within the band")
-    if variant == "main" and row["weights"] == "real" and "authors" in variants:
-        alternative = variants["authors"].get(cell_key(row))
-        judged = band(row, alternative, variant_spreads(variants, "authors"))
+    code = authors_variant(row["weights"], variant)
+    if code in variants:
+        alternative = variants[code].get(cell_key(row))
+        judged = band(row, alternative, variant_spreads(variants, code))
         if judged and not judged["outside"]:
-            found.append(f"the authors' real-weight code gives {alternative.mean:.2f} (n = "
+            found.append(f"{AUTHORS_CODE_NAMES[row['weights']]} gives {alternative.mean:.2f} (n = "
                          f"{len(alternative.pooled)}), within the band")
     judged = band(row, cell, spreads)
     if row["row"].endswith("-D") and judged["difference"] > 0:  # rounding can only lose accuracy
@@ -107,6 +116,13 @@ def mechanisms(row: dict, rows: list[dict], variants: dict, variant: str = "main
             found.append(f"not converged at epoch {cell.pooled[0]['epochs_done']}: still falling by "
                          f"{-slope:.2f} points per 10 epochs over the last 40")
     return found
+
+
+def authors_variant(weights: str, variant: str) -> str | None:
+    """The update variant that trains a cell of `variant` with the authors' code of the paper's time (AUTHORS_CODE),
+    e.g. "authors-2015 held" beside "Table 4 held"; None if there is none."""
+    return next((name for name, (update, _, beside) in UPDATE_VARIANTS.items()
+                 if update == AUTHORS_CODE[weights] and beside == variant), None)
 
 
 def cell_line(row: dict, cell, spreads: dict) -> str:
@@ -226,54 +242,64 @@ def _update_entry(row: dict, cell, spreads: dict) -> str:
             + (f" {OUTSIDE_MARK}" if judged["outside"] else ""))
 
 
-def update_comparison(rows: list[dict], variants: dict) -> str:
-    """Markdown: every cell run under one of UPDATE_VARIANTS, the paper's number beside ours with the spec's
-    update and with each variant (mean, seeds, ours − paper; OUTSIDE_MARK outside the band, each variant's
-    spreads: variant_spreads), then per variant and row the mean of ours − paper over the cells it ran against the
-    spec's on the same cells."""
-    present = [v for v in UPDATE_VARIANTS if variants.get(v)]
-    spreads = {v: variant_spreads(variants, v) for v in ["main", *present]}
+def update_comparison(rows: list[dict], variants: dict, names=tuple(UPDATE_VARIANTS)) -> str:
+    """Markdown: every cell run under one of the update variants `names`, the paper's number beside ours with the
+    spec's update (the variant each stands beside, UPDATE_VARIANTS) and with each variant (mean, seeds, ours −
+    paper; OUTSIDE_MARK outside the band, each variant's spreads: variant_spreads), then per variant and row the
+    mean of ours − paper over the cells it ran against the spec's on the same cells, and the EBP-D − EBP-P gaps."""
+    present = [v for v in names if variants.get(v)]
+    if not present:
+        return "No run of these updates yet."
+    parts = []
+    for beside in dict.fromkeys(UPDATE_VARIANTS[v][2] for v in present):
+        group = [v for v in present if UPDATE_VARIANTS[v][2] == beside]
+        parts.append(_update_table(rows, variants, beside, group))
+    return "\n\n".join(parts)
+
+
+def _update_table(rows: list[dict], variants: dict, beside: str, present: list[str]) -> str:
+    """update_comparison for the variants `present`, which all stand beside the spec's variant `beside`."""
+    spreads = {v: variant_spreads(variants, v) for v in [beside, *present]}
     keys = [cell_key(r) for r in rows if any(cell_key(r) in variants[v] for v in present)]
-    if not keys:
-        return "No run of the authors' real-weight update yet."
     by_key = {cell_key(r): r for r in rows}
-    lines = ["| cell | paper | ours, spec | " + " | ".join(f"ours, {v}" for v in present) + " |",
+    spec = "spec" if beside == "main" else f"spec, {beside}"
+    lines = [f"| cell | paper | ours, {spec} | " + " | ".join(f"ours, {v}" for v in present) + " |",
              "|---|---|---|" + "---|" * len(present)]
     for key in keys:
         row = by_key[key]
-        entries = [_update_entry(row, variants[v].get(key), spreads[v]) for v in ["main", *present]]
+        entries = [_update_entry(row, variants[v].get(key), spreads[v]) for v in [beside, *present]]
         lines.append(f"| Table {row['table']} {row['row']} {row['column']} | {row['paper_error']:.2f} | "
                      + " | ".join(entries) + " |")
     lines.append("")
     for v in present:
         for label in dict.fromkeys(by_key[k]["row"] for k in keys):
-            pairs = [(band(by_key[k], variants["main"].get(k), spreads["main"]),
+            pairs = [(band(by_key[k], variants[beside].get(k), spreads[beside]),
                       band(by_key[k], variants[v].get(k), spreads[v])) for k in keys if by_key[k]["row"] == label]
             pairs = [(a, b) for a, b in pairs if a and b]
             if pairs:
-                spec = statistics.fmean(a["difference"] for a, _ in pairs)
+                before = statistics.fmean(a["difference"] for a, _ in pairs)
                 other = statistics.fmean(b["difference"] for _, b in pairs)
                 inside = sum(not b["outside"] for _, b in pairs), sum(not a["outside"] for a, _ in pairs)
                 lines.append(f"- {v}, {label} ({len(pairs)} cells): ours − paper {other:+.2f} on average "
-                             f"(spec {spec:+.2f}); the paper's number within the band in {inside[0]} of {len(pairs)} "
-                             f"(spec {inside[1]}).")
-    lines += _gap_lines(rows, variants, present, spreads)
+                             f"({spec} {before:+.2f}); the paper's number within the band in {inside[0]} of "
+                             f"{len(pairs)} ({spec} {inside[1]}).")
+    lines += _gap_lines(rows, variants, beside, present, spreads)
     return "\n".join(lines)
 
 
-def _gap_lines(rows: list[dict], variants: dict, present: list[str], spreads: dict) -> list[str]:
+def _gap_lines(rows: list[dict], variants: dict, beside: str, present: list[str], spreads: dict) -> list[str]:
     """Per column run under a variant: EBP-D − EBP-P of the paper, of ours with the spec's update and with
     each variant (means over seeds; the same runs give both outputs)."""
     out = []
     for p_row in (r for r in rows if r["row"].endswith("-EBP-P")):
         d_row = _sibling(p_row, rows, p_row["row"][:-1] + "D")
         gaps = {}
-        for name in ["main", *present]:
+        for name in [beside, *present]:
             p_cell, d_cell = variants[name].get(cell_key(p_row)), variants[name].get(cell_key(d_row))
             if band(p_row, p_cell, spreads[name]) and band(d_row, d_cell, spreads[name]):
                 gaps[name] = d_cell.mean - p_cell.mean
-        if set(gaps) - {"main"}:
-            ours = ", ".join(f"{'spec' if k == 'main' else k} {v:+.2f}" for k, v in gaps.items())
+        if set(gaps) - {beside}:
+            ours = ", ".join(f"{'spec' if k == beside else k} {v:+.2f}" for k, v in gaps.items())
             out.append(f"- Table {p_row['table']} {p_row['column']}, {d_row['row']} − {p_row['row']}: paper "
                        f"{d_row['paper_error'] - p_row['paper_error']:+.2f}; ours: {ours}.")
     return out

@@ -120,8 +120,25 @@ def test_the_authors_real_weight_code_within_the_band_explains_a_real_cell(rows)
     assert "| Table 2 R-EBP-D [800,800] | 2.42 | 3.00 (n = 3, +0.58) † | 2.45 (n = 1, +0.03) |" in text
     assert "- authors, R-EBP-D (1 cells): ours − paper +0.03 on average (spec +0.58)" in text
     assert "- Table 2 [800,800], R-EBP-D − R-EBP-P: paper +0.32; ours: spec +0.90, authors +0.33." in text
-    assert agreement.update_comparison(rows, {"main": variants["main"]}) == \
-        "No run of the authors' real-weight update yet."
+    assert agreement.update_comparison(rows, {"main": variants["main"]}) == "No run of these updates yet."
+
+
+def test_the_authors_binary_code_of_2015_stands_beside_the_held_reading(rows):
+    """A held-reading binary cell of Table 4 outside the band, whose runs under the authors' code of 2015 (held)
+    lie within it, names that mechanism; its comparison stands beside the held variant (not the main one), whose
+    spread it borrows for a single seed."""
+    p_row = cell_row(rows, 4, "B-EBP-P", "[361,100]")  # paper 4.96
+    held = seeds(p_row, 0.0560, mask_reading="held")  # +0.64, SD 0.1: outside the band of ±0.50
+    lagged = run(p_row, 0.0500, mask_reading="held", real_update="authors-2015")
+    variants = {"main": cells_of(rows, []), "Table 4 held": cells_of(rows, held, masks="held"),
+                "authors-2015 held": results.table_cells(rows, [lagged], PAPER, "sampled", "held",
+                                                         real_update="authors-2015")}
+    found = agreement.mechanisms(p_row, rows, variants, "Table 4 held")
+    assert "the authors' binary code of 2015 gives 5.00 (n = 1), within the band" in found
+    assert agreement.mechanisms(p_row, rows, {**variants, "authors-2015 held": {}}, "Table 4 held") == []
+    text = agreement.update_comparison(rows, variants, ["authors-2015", "authors-2015 held"])
+    assert "| cell | paper | ours, spec, Table 4 held | ours, authors-2015 held |" in text
+    assert "| Table 4 B-EBP-P [361,100] | 4.96 | 5.60 (n = 3, +0.64) † | 5.00 (n = 1, +0.04) |" in text
 
 
 def test_patterns_name_the_rows_on_one_side_of_the_paper(rows):
