@@ -25,6 +25,7 @@ A result is labelled with its code's commit; a tree that differs from it is refu
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from pathlib import Path
@@ -140,6 +141,16 @@ def run_dir(params: dict, root=OUTPUT_DIR) -> Path:
 # Training: the method's state as a flat list of arrays (checkpoints), one compiled epoch, the deployed net
 # ----------------------------------------------------------------------------------------------------------
 
+@functools.cache
+def compiled_epoch(method: str):
+    """One compiled epoch per method (successors.mlp.run_epoch), shared by every grid point and run: the
+    hyperparameters are traced arguments, so a new point or a halved step size does not compile again."""
+    import jax
+
+    from successors import mlp
+    return jax.jit(functools.partial(mlp.run_epoch, methods()[method].step))
+
+
 class Trainer:
     """One method, net and grid point: its initial state, compiled epoch and evaluations."""
 
@@ -152,7 +163,7 @@ class Trainer:
         self.sizes = mlp.layer_sizes(backprop.hidden_layers(params["architecture"]))
         self.hyper = {**{k: v for k, v in point.items() if k != "preprocessing"}, **params["fixed"],
                       "decay": 1.0, "n_data": float(n_fit)}
-        self.epoch_fn = jax.jit(lambda s, xb, yb, k, h: mlp.run_epoch(self.module.step, s, xb, yb, k, h))
+        self.epoch_fn = compiled_epoch(params["method"])
 
     def initial(self):
         return self.module.init(self.jax.random.PRNGKey(self.params["seed"]), self.sizes, self.hyper)
