@@ -247,9 +247,11 @@ def describe_error(err: BaseException, path=None) -> str:
 # ----------------------------------------------------------------------------------------------------------
 
 RECORD_FORMAT = 3  # the version of result.json that write_record writes and every reader receives
-METHODS = ("ebp", "backprop")  # EBP runs (reproduction.folder.EpochRecorder) and the backprop baseline
+# EBP runs (reproduction.folder.EpochRecorder), the backprop baseline, and EBP's successors (reproduction.successors)
+METHODS = ("ebp", "backprop", "successor")
 HISTORY_ERRORS = {"ebp": ("test_ebp_p", "test_ebp_d", "train_ebp_p", "train_ebp_d"),
-                  "backprop": ("test_error", "validation_error", "train_error")}
+                  "backprop": ("test_error", "validation_error", "train_error"),
+                  "successor": ("test_error", "validation_error", "train_error")}
 
 _NUMBER, _NONE = (int, float), type(None)
 # Every field of a record, with its type, per method; a record missing one or holding another type is unreadable.
@@ -264,9 +266,11 @@ RECORD_FIELDS = {
                  "history": list, "train_seconds": _NUMBER, "git_commit": (str, _NONE), "git_dirty": (bool, _NONE),
                  "versions": dict, "sessions": list},
 }
+RECORD_FIELDS["successor"] = {**RECORD_FIELDS["backprop"], "evaluation": (dict, _NONE)}
 # What every session (one start or resumption of a run) records, per method: the runner's progress reads them.
 SESSION_FIELDS = {"ebp": {"from_epoch": int, "to_epoch": int, "wall_seconds": _NUMBER, "seconds_per_epoch": _NUMBER},
-                  "backprop": {"to_epoch": int, "wall_seconds": _NUMBER}}
+                  "backprop": {"to_epoch": int, "wall_seconds": _NUMBER},
+                  "successor": {"to_epoch": int, "wall_seconds": _NUMBER}}
 
 
 class RecordError(ValueError):

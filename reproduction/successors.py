@@ -1,0 +1,446 @@
+"""EBP's successors beside it: STE / BinaryConnect, Bop and BayesBiNN (package successors) at a practitioner's
+protocol, on the paper's nets, resumable and recorded as the backprop baseline is (reproduction.backprop).
+
+The protocol (`PROTOCOL`, with each method's grid `successors.<method>.GRID`), every choice made on a validation
+split of the training set and never on the test set:
+
+- the last `n_validation` (10,000) training images are held out; the net trains on the rest (50,000);
+- a grid over input preprocessing ("pixel": EBP's per-pixel standardisation; "unit": pixels/255) and the method's
+  own hyperparameters (STE: Adam's rate; Bop: γ, τ; BayesBiNN: α), each point scored by the validation error of
+  its deployed ±1 net after `grid_epochs` epochs from the run's initial state;
+- the chosen point trained with batch `batch_size`, its step sizes halved (hyper["decay"]) after `patience`
+  epochs without a new best validation error, stopped after `stop_patience` such epochs or at `max_epochs`
+  (EBP's 120); the state of the best-validation epoch is kept and evaluated at the end.
+
+Every epoch records the validation, test and training error (first 10,000 fit images) of the deployed net, the
+test error never used for a choice. At the end the best epoch's net is evaluated (successors.evaluate): its test
+error through ebp_binary's packed inference and its mismatches with the float64 evaluation of the unfolded net,
+NLL, ECE and reliability bins of its softmax; for BayesBiNN also the Monte Carlo predictive over `mc_samples` nets
+w ~ q and the mean net. Times: training seconds per epoch (evaluation excluded) and to the best epoch, the grid's
+seconds, and the epochs to reach TARGET_ERROR (test error, the quantity EBP's records hold per epoch).
+
+Runs are resumable: the grid per point (in result.json), training per epoch from checkpoint.npz (ebp_checkpoint:
+arrays and one JSON metadata text; array headers checked against the run before any data is read; no pickle).
+A result is labelled with its code's commit; a tree that differs from it is refused unless allow_dirty.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+import ebp_checkpoint
+from reproduction import backprop, records
+from reproduction.records import code_state
+
+REPO = Path(__file__).resolve().parents[1]
+OUTPUT_DIR = REPO / "outputs" / "successors"
+RESULT_FILE, CHECKPOINT_FILE, NET_FILE = "result.json", "checkpoint.npz", "binary_net.npz"
+DATASETS = backprop.DATASETS
+ARCHITECTURES = ("800", "800-800")  # the paper's nets [784, 800, 10] and [784, 800, 800, 10]; others accepted
+FULL_TRAIN, TRAIN_ERROR_IMAGES = backprop.FULL_TRAIN, backprop.TRAIN_ERROR_IMAGES
+TARGET_ERROR = {"mnist": 0.03, "fashion-mnist": 0.15}  # "epochs to reach": first epoch at or below this test error
+
+PROTOCOL = {"batch_size": 100, "preprocessing_grid": ["pixel", "unit"], "grid_epochs": 3, "max_epochs": 120,
+            "patience": 5, "stop_patience": 15, "n_validation": 10000, "n_train": None, "mc_samples": 20,
+            "seed": 0}
+# A profile that proves the pipeline end to end in minutes; its records say protocol "smoke" and live under
+# outputs/successors/smoke: a smoke number is never a result.
+PROFILES = {"tuned": {}, "smoke": {"n_train": 3000, "n_validation": 1000, "grid_epochs": 1, "max_epochs": 3,
+                                   "patience": 1, "stop_patience": 2, "mc_samples": 4}}
+OVERRIDABLE = set(PROTOCOL) | {"grid"}
+
+
+def methods() -> dict:
+    """{name: module} of the successors (imported on first use: JAX starts slowly)."""
+    from successors import METHODS
+    return METHODS
+
+
+def make_parameters(method: str, dataset: str, architecture: str, profile: str = "tuned", **overrides) -> dict:
+    """The parameters of one run (PROTOCOL, the profile, then overrides), every value checked, so that a bad
+    command line fails before a folder or file exists."""
+    if method not in methods():
+        raise ValueError(f"unknown method {method!r}; choose one of {list(methods())}")
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of {list(DATASETS)}")
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {list(PROFILES)}")
+    unknown = set(overrides) - OVERRIDABLE
+    if unknown:
+        raise ValueError(f"cannot override {sorted(unknown)}; overridable: {sorted(OVERRIDABLE)}")
+    module = methods()[method]
+    p = {**PROTOCOL, **PROFILES[profile], **{k: v for k, v in overrides.items() if v is not None}}
+    grid = {k: sorted(float(v) for v in values) for k, values in (p.get("grid") or module.GRID).items()}
+    if set(grid) != set(module.GRID) or not all(grid.values()) or not all(
+            math.isfinite(v) and v > 0 for values in grid.values() for v in values):
+        raise ValueError(f"grid {p.get('grid')} must give positive values for exactly {sorted(module.GRID)}")
+    backprop.hidden_layers(architecture)
+    # the split, batch and schedule are checked as the backprop baseline checks them
+    backprop.make_parameters(dataset, "tanh-800", **{k: p[k] for k in ("batch_size", "max_epochs", "patience",
+                             "stop_patience", "n_validation", "n_train", "seed", "grid_epochs", "preprocessing_grid")})
+    mc = backprop._positive_int("mc_samples", p["mc_samples"])
+    return {"method": method, "dataset": dataset, "architecture": str(architecture), "profile": profile,
+            "network": "±1 weights, sign hidden units (hard-tanh STE), affine BN per hidden layer, output "
+                       "e^s·(W h) + b, softmax cross-entropy (successors.mlp)",
+            "batch_size": int(p["batch_size"]), "preprocessing_grid": list(dict.fromkeys(p["preprocessing_grid"])),
+            "grid": grid, "fixed": dict(module.FIXED), "grid_epochs": int(p["grid_epochs"]),
+            "max_epochs": int(p["max_epochs"]), "patience": int(p["patience"]),
+            "stop_patience": int(p["stop_patience"]), "n_validation": int(p["n_validation"]),
+            "n_train": None if p["n_train"] in (None, FULL_TRAIN) else int(p["n_train"]), "mc_samples": mc,
+            "seed": int(p["seed"]), "dtype": "float32"}
+
+
+def protocol_label(params: dict) -> str:
+    """'tuned' for PROTOCOL on all training images (any seed), 'smoke' for the smoke profile, else 'shortened'."""
+    if params["profile"] == "smoke":
+        return "smoke"
+    defaults = make_parameters(params["method"], params["dataset"], params["architecture"], seed=params["seed"])
+    return "tuned" if params == defaults else "shortened"
+
+
+def grid_keys(params: dict) -> list[dict]:
+    """Every grid point: preprocessing x the method's hyperparameters, as dicts."""
+    points = [{"preprocessing": p} for p in params["preprocessing_grid"]]
+    for name, values in params["grid"].items():
+        points = [{**point, name: v} for point in points for v in values]
+    return points
+
+
+def n_tuned(params: dict) -> int:
+    """How many hyperparameters the grid chooses (those with more than one value)."""
+    return sum(len(v) > 1 for v in [params["preprocessing_grid"], *params["grid"].values()])
+
+
+def describe_protocol(params: dict) -> str:
+    """One sentence for every result and table: how this run was trained."""
+    n_images = params["n_train"] or FULL_TRAIN
+    grid = " x ".join([f"preprocessing in {{{', '.join(params['preprocessing_grid'])}}}"] +
+                      [f"{k} in {{{', '.join(f'{v:g}' for v in vs)}}}" for k, vs in params["grid"].items()])
+    fixed = ", ".join(f"{k} {v:g}" for k, v in params["fixed"].items()) or "none"
+    return (f"{params['method']} on [784, {params['architecture'].replace('-', ', ')}, 10]; trained on "
+            f"{n_images - params['n_validation']:,} images, {params['n_validation']:,} held out for validation; "
+            f"{grid} ({n_tuned(params)} tuned) chosen by the deployed net's validation error after "
+            f"{params['grid_epochs']} epochs; fixed: {fixed}; batch {params['batch_size']}, step sizes halved after "
+            f"{params['patience']} epochs without a new best validation error, stopped after "
+            f"{params['stop_patience']} or at {params['max_epochs']} epochs; errors of the best validation epoch; "
+            f"seed {params['seed']}" + ("; SMOKE PROFILE: a pipeline check, not a result" if
+                                        params["profile"] == "smoke" else ""))
+
+
+def run_dir(params: dict, root=OUTPUT_DIR) -> Path:
+    """outputs/successors/<profile>/<dataset>/<method>-<architecture>[-seed<N>]."""
+    name = f"{params['method']}-{params['architecture']}" + ("" if params["seed"] == 0 else f"-seed{params['seed']}")
+    return Path(root) / params["profile"] / params["dataset"] / name
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Training: the method's state as a flat list of arrays (checkpoints), one compiled epoch, the deployed net
+# ----------------------------------------------------------------------------------------------------------
+
+@functools.cache
+def compiled_epoch(method: str):
+    """One compiled epoch per method (successors.mlp.run_epoch), shared by every grid point and run: the
+    hyperparameters are traced arguments, so a new point or a halved step size does not compile again."""
+    import jax
+
+    from successors import mlp
+    return jax.jit(functools.partial(mlp.run_epoch, methods()[method].step))
+
+
+class Trainer:
+    """One method, net and grid point: its initial state, compiled epoch and evaluations."""
+
+    def __init__(self, params: dict, point: dict, n_fit: int):
+        import jax
+
+        from successors import mlp
+        self.jax, self.mlp, self.params = jax, mlp, params
+        self.module = methods()[params["method"]]
+        self.sizes = mlp.layer_sizes(backprop.hidden_layers(params["architecture"]))
+        self.hyper = {**{k: v for k, v in point.items() if k != "preprocessing"}, **params["fixed"],
+                      "decay": 1.0, "n_data": float(n_fit)}
+        self.epoch_fn = compiled_epoch(params["method"])
+
+    def initial(self):
+        return self.module.init(self.jax.random.PRNGKey(self.params["seed"]), self.sizes, self.hyper)
+
+    def train_epoch(self, state, x, y, epoch: int, decay: float):
+        order = backprop.epoch_order(self.params, len(x), epoch)
+        xb, yb = self.mlp.batches(x, y, order, self.params["batch_size"])
+        key = self.jax.random.fold_in(self.jax.random.PRNGKey(self.params["seed"] + 1), epoch)
+        state, loss = self.epoch_fn(state, xb, yb, key, {**self.hyper, "decay": decay})
+        return self.jax.block_until_ready(state), float(loss)
+
+    def error(self, state, x, y) -> float:
+        logits = self.mlp.predict_logits(self.module.deployed(state), state["real"], state["stats"], x)
+        return round(float(np.mean(logits.argmax(axis=1) != y)), 6)
+
+    def to_arrays(self, state, prefix: str) -> dict:
+        leaves = self.jax.tree_util.tree_leaves(state)
+        return {f"{prefix}/{i}": np.asarray(a) for i, a in enumerate(leaves)}
+
+    def from_arrays(self, arrays: dict, prefix: str):
+        template, tree = self.jax.tree_util.tree_flatten(self.initial())
+        return self.jax.tree_util.tree_unflatten(tree, [self.jax.numpy.asarray(arrays[f"{prefix}/{i}"])
+                                                         for i in range(len(template))])
+
+    def expected_headers(self, prefix: str) -> dict:
+        leaves = self.jax.tree_util.tree_leaves(self.initial())
+        return {f"{prefix}/{i}": (tuple(np.shape(a)), np.asarray(a).dtype) for i, a in enumerate(leaves)}
+
+
+def grid_point(params: dict, data: dict, point: dict) -> dict:
+    """Validation error of the deployed net after each of `grid_epochs` epochs at one grid point; a point whose
+    state becomes non-finite scores 1.0 from then on and is marked diverged."""
+    trainer = Trainer(params, point, len(data["x_fit"]))
+    state, errors, diverged, start = trainer.initial(), [], False, time.perf_counter()
+    for epoch in range(params["grid_epochs"]):
+        if not diverged:
+            state, loss = trainer.train_epoch(state, data["x_fit"], data["y_fit"], epoch, 1.0)
+            diverged = not math.isfinite(loss)
+        errors.append(1.0 if diverged else trainer.error(state, data["x_val"], data["y_val"]))
+    return {**point, "validation_error": errors, "diverged": diverged,
+            "train_seconds": round(time.perf_counter() - start, 2)}
+
+
+def choose_point(points: list[dict]) -> dict:
+    """The grid point with the lowest validation error after the last grid epoch (ties: the first listed)."""
+    if not points:
+        raise ValueError("no grid points to choose from")
+    return min(points, key=lambda p: p["validation_error"][-1])
+
+
+def schedule_step(state: dict, validation_error: float, params: dict) -> bool:
+    """backprop.schedule_step on the step sizes' factor `decay` (halved every `patience` epochs without a best)."""
+    proxy = {**state, "learning_rate": state["decay"]}
+    finished = backprop.schedule_step(proxy, validation_error, params)
+    state.update({k: proxy[k] for k in ("best_validation_error", "best_epoch", "epochs_without_best")})
+    state["decay"] = proxy["learning_rate"]
+    return finished
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checkpoint: the state and the best epoch's state as arrays, the schedule as JSON (ebp_checkpoint)
+# ----------------------------------------------------------------------------------------------------------
+
+def save_checkpoint(path: Path, trainer: Trainer, state, best, schedule: dict) -> None:
+    arrays = {**trainer.to_arrays(state, "state"), **trainer.to_arrays(best, "best")}
+    ebp_checkpoint.write_checkpoint(path, arrays, {"parameters": trainer.params, "schedule": schedule})
+
+
+def load_checkpoint(path: Path, trainer: Trainer):
+    """(state, best state, schedule) of `path`: the metadata's parameters and every array's header (name, shape,
+    dtype) checked against the run before its data is read, then finiteness of λ/weights. CheckpointError
+    (ebp_checkpoint's) naming the file and the fault."""
+    expected = {**trainer.expected_headers("state"), **trainer.expected_headers("best")}
+    with ebp_checkpoint.open_checkpoint(path) as (meta, f, headers):
+        if meta.get("parameters") != trainer.params:
+            raise ebp_checkpoint.CheckpointError(f"{path}: checkpoint of another run (its parameters differ)")
+        for name, (shape, dtype) in expected.items():
+            if name not in headers or headers[name][:2] != (shape, dtype):
+                raise ebp_checkpoint.CheckpointError(f"{path}: array {name} is missing or not {dtype}{list(shape)}")
+        arrays = {name: f[name] for name in expected}
+    if not all(np.isfinite(a).all() for a in arrays.values() if a.dtype.kind == "f"):
+        raise ebp_checkpoint.CheckpointError(f"{path}: holds non-finite values")
+    return trainer.from_arrays(arrays, "state"), trainer.from_arrays(arrays, "best"), meta["schedule"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The final evaluation of the best epoch's net
+# ----------------------------------------------------------------------------------------------------------
+
+def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_epoch: int, folder: Path) -> dict:
+    """The deployed net through packed inference (0 mismatches expected), its softmax's NLL / ECE, BayesBiNN's
+    predictive and mean net; times and epochs to TARGET_ERROR. Writes the packed net to folder/NET_FILE."""
+    import ebp_binary_format
+    from successors import evaluate, mlp
+    params, module = trainer.params, trainer.module
+    weights = module.deployed(best)
+    x, y = data["x_test"], data["y_test"]
+    packed = evaluate.packed_check(weights, best["real"], best["stats"], x, y)
+    ebp_binary_format.save_packed(folder / NET_FILE, evaluate.fold(weights, best["real"], best["stats"]))
+    outputs = {"deployed": mlp.softmax(mlp.predict_logits(weights, best["real"], best["stats"], x))}
+    if params["method"] == "bayesbinn":
+        key = trainer.jax.random.PRNGKey(params["seed"] + 2)
+        outputs["predictive"] = module.mc_probabilities(best, x, key, params["mc_samples"])
+        outputs["mean"] = mlp.softmax(mlp.predict_logits(module.mean_weights(best), best["real"], best["stats"], x))
+    probabilistic = {}
+    for name, p in outputs.items():
+        bins = evaluate.reliability(p, y)
+        probabilistic[name] = {"test_error": round(evaluate.error(p, y), 6), "nll": round(evaluate.nll(p, y), 6),
+                               "ece": round(bins["ece"], 6), "reliability": bins}
+    seconds = [h["train_seconds"] for h in history]
+    target = TARGET_ERROR[params["dataset"]]
+    reached = next((h["epoch"] for h in history if h["test_error"] <= target), None)
+    return {"best_epoch": best_epoch, "packed": packed, "outputs": probabilistic,
+            "seconds_per_epoch": round(float(np.median(seconds)), 3),
+            "seconds_to_best_epoch": round(sum(seconds[:best_epoch]), 2),
+            "target_error": target, "epochs_to_target": reached, "n_tuned": n_tuned(trainer.params),
+            "net_file": NET_FILE}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The run: its record (result.json, rewritten after every step) and its loop
+# ----------------------------------------------------------------------------------------------------------
+
+PACKAGES = ("numpy", "jax", "jaxlib", "optax")
+
+
+def read_result(folder) -> dict | None:
+    try:
+        return records.read_record(Path(folder) / RESULT_FILE)
+    except (FileNotFoundError, records.RecordError):
+        return None
+
+
+def record_problems(data: dict) -> list[str]:
+    """Whatever disagrees within a successor run record (records.record_problems)."""
+    params = data["parameters"]
+    try:
+        valid = make_parameters(params.get("method"), params.get("dataset"), params.get("architecture"),
+                                params.get("profile"), **{k: params.get(k) for k in OVERRIDABLE})
+    except (ValueError, TypeError) as err:
+        return [f"parameters: {err}"]
+    n_images = valid["n_train"] or FULL_TRAIN
+    derived = {"protocol": protocol_label(valid), "protocol_description": describe_protocol(valid),
+               "n_train_images": n_images - valid["n_validation"], "n_validation_images": valid["n_validation"]}
+    best = data["best_epoch"]
+    if best is not None and not 1 <= best <= len(data["history"]):
+        return [f"best_epoch: {best}, but the history holds {len(data['history'])} epochs"]
+    final = None if best is None else {k: data["history"][best - 1].get(k)
+                                       for k in records.HISTORY_ERRORS["successor"]}
+    problems = records.record_problems(data, valid, derived, final, "best-validation epoch", valid["max_epochs"],
+                                       may_stop_early=True)
+    if data["finished"] and (data["evaluation"] or {}).get("packed", {}).get("mismatches") != 0:
+        problems.append("evaluation.packed.mismatches: the packed net disagrees with the float evaluation")
+    return problems
+
+
+def make_record(params, grid, history, schedule, finished, sessions, evaluation) -> dict:
+    chosen = choose_point(grid) if len(grid) == len(grid_keys(params)) else None
+    best = history[schedule["best_epoch"] - 1] if schedule and schedule.get("best_epoch") else None
+    n_images = params["n_train"] or FULL_TRAIN
+    return {
+        "format": records.RECORD_FORMAT, "method": "successor", "parameters": params,
+        "protocol": protocol_label(params), "protocol_description": describe_protocol(params),
+        "finished": bool(finished), "phase": "finished" if finished else ("training" if chosen else "grid"),
+        "grid": {"points": grid, "rule": "lowest validation error of the deployed net after the last grid epoch",
+                 "chosen": None if chosen is None else {k: v for k, v in chosen.items() if k not in (
+                     "validation_error", "diverged", "train_seconds")}},
+        "epochs_done": len(history), "best_epoch": None if best is None else best["epoch"],
+        "stopped_early": bool(finished and len(history) < params["max_epochs"]),
+        "n_train_images": n_images - params["n_validation"], "n_validation_images": params["n_validation"],
+        "final": None if best is None else {k: best[k] for k in records.HISTORY_ERRORS["successor"]},
+        "evaluation": evaluation, "history": history,
+        "train_seconds": round(sum(p["train_seconds"] for p in grid) + sum(h["train_seconds"] for h in history), 2),
+        "git_commit": sessions[-1]["git_commit"], "git_dirty": any(s.get("git_dirty") for s in sessions),
+        "versions": records.package_versions(PACKAGES), "sessions": sessions,
+    }
+
+
+def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool = False,
+        stop_after_epochs: int | None = None) -> dict:
+    """Train one run to the end (or `stop_after_epochs` more epochs), resuming what `folder` holds; returns the
+    record written to folder/result.json. The checkpoint is removed once the finished record is written."""
+    folder = Path(folder or run_dir(params))
+    code = code_state(allow_dirty)
+    previous = read_result(folder)
+    if previous is None and (folder / RESULT_FILE).exists():
+        raise ValueError(f"{folder / RESULT_FILE} is unreadable; move it aside to rerun this run")
+    if previous is not None and previous.get("parameters") != params:
+        raise ValueError(f"{folder} holds a run with other parameters "
+                         f"({backprop.differences(previous['parameters'], params)}); move that folder away or run "
+                         f"with the same parameters to resume it")
+    if previous and previous.get("finished"):
+        return previous
+    sessions = list((previous or {}).get("sessions", []))
+    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": records.cpu_model(), **code}
+    started = time.time()
+    grid = list((previous or {}).get("grid", {}).get("points", []))
+
+    def write(history, schedule, finished=False, evaluation=None):
+        current = {**session, "wall_seconds": round(time.time() - started, 2), "to_epoch": len(history)}
+        record = make_record(params, grid, history, schedule, finished, sessions + [current], evaluation)
+        folder.mkdir(parents=True, exist_ok=True)
+        records.write_record(folder / RESULT_FILE, record, record_problems)
+        return record
+
+    label = f"{params['dataset']} {params['method']}-{params['architecture']} seed {params['seed']}"
+    cache: dict[str, dict] = {}
+
+    def data_for(preprocessing):
+        if preprocessing not in cache:
+            cache.clear()
+            cache[preprocessing] = backprop.load_split(params, preprocessing, data_dir)
+        return cache[preprocessing]
+
+    for point in grid_keys(params):
+        if any(all(p.get(k) == v for k, v in point.items()) for p in grid):
+            continue
+        result = grid_point(params, data_for(point["preprocessing"]), point)
+        grid.append(result)
+        write([], None)
+        echo(f"{label}: {point} -> validation error {100 * result['validation_error'][-1]:.2f}%")
+    chosen = choose_point(grid)
+    point = {k: chosen[k] for k in grid_keys(params)[0]}
+    data = data_for(point["preprocessing"])
+    trainer = Trainer(params, point, len(data["x_fit"]))
+    path = folder / CHECKPOINT_FILE
+    state = best = trainer.initial()
+    schedule = {"epoch": 0, "decay": 1.0, "best_epoch": None, "best_validation_error": None,
+                "epochs_without_best": 0, "history": [], "finished": False}
+    if path.exists():
+        try:
+            state, best, schedule = load_checkpoint(path, trainer)
+        except ebp_checkpoint.CheckpointError as err:
+            echo(f"{err}; moved aside to {backprop.set_aside(path).name}, training restarts from epoch 0")
+    session["from_epoch"] = schedule["epoch"]
+    n_eval = min(len(data["x_fit"]), TRAIN_ERROR_IMAGES)
+    stop_at = None if stop_after_epochs is None else schedule["epoch"] + stop_after_epochs
+    while not schedule["finished"] and schedule["epoch"] != stop_at:
+        start = time.perf_counter()
+        state, loss = trainer.train_epoch(state, data["x_fit"], data["y_fit"], schedule["epoch"], schedule["decay"])
+        seconds = time.perf_counter() - start
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"{label}: the loss became non-finite in epoch {schedule['epoch'] + 1}; the "
+                                     f"grid chose a step size too large for the full run")
+        schedule["epoch"] += 1
+        entry = {"epoch": schedule["epoch"], "decay": schedule["decay"],
+                 "validation_error": trainer.error(state, data["x_val"], data["y_val"]),
+                 "test_error": trainer.error(state, data["x_test"], data["y_test"]),
+                 "train_error": trainer.error(state, data["x_fit"][:n_eval], data["y_fit"][:n_eval]),
+                 "loss": round(loss, 6), "train_seconds": round(seconds, 2)}
+        schedule["history"].append(entry)
+        schedule["finished"] = schedule_step(schedule, entry["validation_error"], params)
+        if schedule["best_epoch"] == schedule["epoch"]:
+            best = state
+        save_checkpoint(path, trainer, state, best, schedule)
+        write(schedule["history"], schedule)
+        echo(f"{label} epoch {schedule['epoch']}: validation {100 * entry['validation_error']:.2f}%, test "
+             f"{100 * entry['test_error']:.2f}% (decay {schedule['decay']:g}, {seconds:.1f} s)")
+    evaluation = None
+    if schedule["finished"]:
+        evaluation = evaluate_best(trainer, best, data, schedule["history"], schedule["best_epoch"], folder)
+    record = write(schedule["history"], schedule, finished=schedule["finished"], evaluation=evaluation)
+    if schedule["finished"]:
+        path.unlink(missing_ok=True)
+    return record
+
+
+def run_state(folder, params: dict) -> str:
+    """A short description of a run folder's progress, for the script's --list."""
+    result = read_result(folder)
+    if result is None:
+        return "unreadable result.json" if (Path(folder) / RESULT_FILE).exists() else "not started"
+    if result.get("parameters") != params:
+        return "other parameters (not resumable with these)"
+    if result.get("finished"):
+        return (f"finished: test error {100 * result['evaluation']['packed']['error']:.2f}% (packed) at epoch "
+                f"{result['best_epoch']} of {result['epochs_done']}")
+    if result["grid"]["chosen"] is None:
+        return f"grid {len(result['grid']['points'])}/{len(grid_keys(params))}"
+    return f"epoch {result['epochs_done']}/{params['max_epochs']} (at most)"

@@ -1,0 +1,100 @@
+#!/usr/bin/env python
+"""Train EBP's successors (reproduction/successors.py): STE / BinaryConnect, Bop and BayesBiNN on the paper's nets.
+
+One process, one CPU thread (XLA's and BLAS's), runs one after another: for each selected method, net, dataset and
+seed, the grid (preprocessing x the method's hyperparameters) on a validation split of the training set, then the
+chosen point with its schedule and early stopping, then the evaluation of the best epoch's ±1 net through
+ebp_binary's packed inference. Finished runs are skipped; an interrupted run resumes (grid per point, training per
+epoch). Results: outputs/successors/<profile>/<dataset>/<method>-<arch>[-seed<N>]/result.json and binary_net.npz
+(checkpoint.npz while unfinished; never commit it).
+
+Examples (from the repository root; `python` is the project's interpreter, e.g. .venv/bin/python):
+
+  python scripts/run_successors.py --profile smoke                       # every run, smoke profile (minutes)
+  python scripts/run_successors.py --seed 0 1 2                           # the full protocol: 3 methods x 2 nets x 2 datasets
+  python scripts/run_successors.py --method bop --arch 800 --dataset mnist
+  python scripts/run_successors.py --seed 0 1 2 --list                    # state of every run; runs nothing
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from reproduction import successors as sc
+
+METHOD_NAMES = ("ste", "bop", "bayesbinn")  # successors.METHODS, without importing JAX to parse a command line
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="run_successors.py", description=__doc__.split("\nExamples")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--method", nargs="+", choices=METHOD_NAMES, default=list(METHOD_NAMES))
+    parser.add_argument("--arch", nargs="+", default=list(sc.ARCHITECTURES),
+                        help="hidden sizes joined by '-' (default: the paper's 800 and 800-800)")
+    parser.add_argument("--dataset", nargs="+", choices=sc.DATASETS, default=list(sc.DATASETS))
+    parser.add_argument("--seed", nargs="+", type=int, default=[0], help="seeds (default 0)")
+    parser.add_argument("--profile", choices=sc.PROFILES, default="tuned",
+                        help="tuned: the full protocol (default); smoke: a pipeline check in minutes, recorded as "
+                             "protocol 'smoke' under outputs/successors/smoke")
+    for name in ("grid_epochs", "max_epochs", "n_train", "n_validation", "mc_samples"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
+    parser.add_argument("--out", default=sc.OUTPUT_DIR, help="default: outputs/successors")
+    parser.add_argument("--data-dir", help="folder holding mnist/ and fashion-mnist/ (default: $EBP_DATA_DIR)")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="run although the code differs from its commit (development only; recorded)")
+    parser.add_argument("--list", action="store_true", help="show the selected runs' state; run nothing")
+    return parser.parse_args(argv)
+
+
+def select_jobs(args) -> list[tuple[dict, object]]:
+    """(parameters, folder) of every selected run, all validated: seed by seed, dataset, net, method."""
+    overrides = {k: getattr(args, k) for k in ("grid_epochs", "max_epochs", "n_train", "n_validation", "mc_samples")}
+    jobs = []
+    for seed in args.seed:
+        for dataset in args.dataset:
+            for arch in args.arch:
+                for method in args.method:
+                    params = sc.make_parameters(method, dataset, arch, args.profile, seed=seed, **overrides)
+                    jobs.append((params, sc.run_dir(params, args.out)))
+    return jobs
+
+
+def one_thread() -> None:
+    """XLA on one CPU thread (set before JAX is imported), BLAS too: runs share the machine fairly."""
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
+
+
+def main(argv=None) -> int:
+    one_thread()
+    args = parse_args(argv)
+    try:
+        jobs = select_jobs(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.list:
+        for params, folder in jobs:
+            print(f"{params['dataset']:>13} {folder.name:<24} {sc.run_state(folder, params)}")
+        return 0
+    try:
+        sc.records.code_state(args.allow_dirty)
+    except sc.records.DirtyTreeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    failed = 0
+    for params, folder in jobs:
+        try:
+            sc.run(params, folder, data_dir=args.data_dir, allow_dirty=args.allow_dirty)
+        except (ValueError, FloatingPointError) as err:  # one run's fault: report it, go on with the rest
+            print(f"error: {err}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{params['dataset']} {folder.name}: {sc.run_state(folder, params)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
