@@ -19,7 +19,7 @@ ENGINES = {"ebp_train", "ebp_fast", "ebp_jax"}  # what runs the maths: ebp_lib m
 def project_modules() -> dict[str, Path]:
     """{dotted name: source} of every module of the project: the top-level ebp_*.py and each package's modules."""
     modules = {path.stem: path for path in ROOT.glob("ebp_*.py")}
-    for package in (PACKAGE,):
+    for package in (PACKAGE, ROOT / "successors"):
         modules.update({f"{package.name}.{path.stem}": path for path in package.glob("*.py")
                         if path.stem != "__init__"})
     return modules
