@@ -6,6 +6,7 @@ each with its paper-profile twin, settling_table and plot_prolonged show both.
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 from reproduction.parameters import PAPER_EPOCHS, same_configuration
@@ -97,10 +98,11 @@ def error_at(result: dict, output: str, epoch: int) -> float:
 
 def trend(result: dict, output: str, k: int = 40) -> float:
     """Least-squares slope of the test error of `output` over the last k epochs, in points per 10 epochs:
-    about zero once a curve has settled, negative while it still falls."""
+    about zero once a curve has settled, negative while it still falls. NaN for a run of fewer than k epochs
+    (the quick profile's 3): over its first epochs every curve falls steeply, which says nothing about settling."""
     tail = result["history"][-k:]
-    if len(tail) < 2:
-        return 0.0
+    if len(tail) < max(k, 2):
+        return math.nan
     fit = statistics.linear_regression([h["epoch"] for h in tail], [100 * h[f"test_{output}"] for h in tail])
     return 10 * fit.slope
 

@@ -2,6 +2,8 @@
 prolong, the settling table, and how long a prolonged run retraces its twin."""
 from __future__ import annotations
 
+import math
+
 import pytest
 from fake_runs import cell_row, fake_result, write_result
 
@@ -32,6 +34,8 @@ def test_an_extended_run_is_paired_with_the_paper_run_it_prolongs(rows, tmp_path
                                                     "ran; over those epochs their test errors differ by at most 25.00 "
                                                     "points (trained on unrecorded CPUs; the twin on unrecorded CPUs)")
     assert trend(twin, "ebp_d") == pytest.approx(-1.0) and trend(extended, "ebp_d") == pytest.approx(0.0)
+    three_epochs = {**twin, "history": twin["history"][:3]}  # the quick profile: no 40-epoch trend to measure
+    assert math.isnan(trend(three_epochs, "ebp_d")) and trend(three_epochs, "ebp_d", k=3) == pytest.approx(-1.0)
     table = settling_table(pairs)
     # epoch 120: 18.10; epochs 111-120: 18.55 on average; epoch 200 and its last 10: 18.10
     assert "| binary [800,800], sampled dropout, seed 0 | EBP-D | 18.10 | 18.55 | -1.00 | 18.10 (epoch 200) | " \
