@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from reproduction.plots import trend
+from reproduction.plots import label_points, trend
 from reproduction.results import OUTSIDE_MARK, cell_key
 from reproduction.results import paper_band as band
 
@@ -193,7 +193,7 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4)):
     from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter
 
     fig, ax = plt.subplots(figsize=(6.4, 6.0))
-    low, high = math.inf, 0.0
+    low, high, outside = math.inf, 0.0, []
     for table in tables:
         for row in (r for r in rows if r["table"] == table):
             cell = cells.get(cell_key(row))
@@ -206,8 +206,7 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4)):
             ax.errorbar(paper, ours, yerr=judged["tolerance"], fmt=TABLE_MARKERS[table], color=colour, ms=5,
                         mfc=colour if judged["outside"] else "white", elinewidth=0.8, capsize=2, zorder=3)
             if judged["outside"]:
-                ax.annotate(f"T{table} {row['row']} {row['column']}", (paper, ours), fontsize=6,
-                            xytext=(4, -3), textcoords="offset points")
+                outside.append((paper, ours, f"T{table} {row['row']} {row['column']}"))
     if high == 0.0:
         ax.text(0.5, 0.5, "no finished cells yet", transform=ax.transAxes, ha="center")
         return fig
@@ -226,4 +225,5 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4)):
         axis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
+    label_points(ax, outside)
     return fig

@@ -41,3 +41,28 @@ def test_an_extended_run_is_paired_with_the_paper_run_it_prolongs(rows, tmp_path
     assert "| binary [800,800], sampled dropout, seed 0 | EBP-D | 18.10 | 18.55 | -1.00 | 18.10 (epoch 200) | " \
            "18.10 | +0.00 |" in table
     assert settling_table([]) == "No run of the extended profile has been committed yet."
+
+
+def test_labels_of_a_cluster_of_points_do_not_overprint():
+    """Eight points a few pixels apart (the agreement figure's red cells in the 3-5% cluster): every label is
+    written, none overlaps another or leaves the axes, and each moved label has a line back to its point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from reproduction.plots import label_points
+
+    fig, ax = plt.subplots(figsize=(6.4, 6.0))
+    points = [(3 + 0.05 * i, 1.6 + 0.03 * i, f"T4 B-EBP-P {i}") for i in range(8)]  # near the bottom
+    ax.set(xscale="log", yscale="log", xlim=(1.5, 30), ylim=(1.5, 30))
+    label_points(ax, points)
+    renderer = fig.canvas.get_renderer()
+    boxes = [Text.get_window_extent(label, renderer) for label in ax.texts]
+    assert sorted(label.get_text() for label in ax.texts) == sorted(text for _, _, text in points)
+    assert not [(i, j) for i, a in enumerate(boxes) for j, b in enumerate(boxes[i + 1:], i + 1) if a.overlaps(b)]
+    axes = ax.get_window_extent(renderer)
+    assert all(axes.y0 <= b.y0 and b.y1 <= axes.y1 for b in boxes), "a label left the axes"
+    assert sum(label.arrow_patch.get_visible() for label in ax.texts) == len(points) - 1
+    plt.close(fig)
