@@ -2,10 +2,12 @@
 # whenever requirements.txt changes (the stamp file below is older than requirements.txt).
 #   make reproduce   set up, then run the main job: regenerate Tables 2-4 (quick profile; PROFILE=paper for the
 #                    paper's protocol; DATASET=fashion-mnist for the same runs on Fashion-MNIST) with
-#                    scripts/run_tables.py, skipping finished runs, and render that profile's runs with a copy of
-#                    notebooks/tables.ipynb executed into $(RUNS_DIR)/$(RESULTS)/tables.ipynb (it writes
-#                    $(RUNS_DIR)/$(PROFILE)/tables.md and, MNIST beside Fashion-MNIST,
-#                    $(RUNS_DIR)/$(PROFILE)-fashion-mnist/tables.md); RUNS_DIR is outputs/runs unless given
+#                    scripts/run_tables.py, skipping finished runs, and render that profile's runs (also when some
+#                    failed) with a copy of notebooks/tables.ipynb executed into the runs' folder,
+#                    $(RUNS_DIR)/$(PROFILE)[-$(DATASET)]/tables.ipynb
+#                    (it writes $(RUNS_DIR)/$(PROFILE)/tables.md, summary.md, agreement.png and, MNIST beside
+#                    Fashion-MNIST, $(RUNS_DIR)/$(PROFILE)-fashion-mnist/tables.md), then says where they are
+#                    (scripts/reproduce.py); RUNS_DIR is outputs/runs unless given
 #   make test        set up, then run the whole test suite (pytest: tests/ and notebooks/ through nbval)
 # Also: make lab (JupyterLab on the notebooks), make demo (one short training run), make benchmark (fast engine
 # against the reference), make backprop (the backprop baseline), make binary-benchmark (the bit-packed binary network against the float one),
@@ -29,9 +31,6 @@ THREADS_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=$${OP
 
 PROFILE ?= quick
 DATASET ?= mnist
-# The runs' folder under $(RUNS_DIR), as reproduction.folder.results_folder names it: $(PROFILE) for MNIST (the
-# paper's data set), $(PROFILE)-$(DATASET) for another.
-RESULTS := $(PROFILE)$(if $(filter-out mnist,$(DATASET)),-$(DATASET))
 # Where reproduce trains and renders: outputs/runs, whose quick and paper folders hold the committed runs (they are
 # skipped), or another folder, e.g. RUNS_DIR=$$(mktemp -d) to train every run from scratch as .ci/run does.
 # Absolute for the tables notebook, which runs in notebooks/.
@@ -40,12 +39,11 @@ RUNS_PATH := $(abspath $(RUNS_DIR))
 
 .PHONY: reproduce lab demo benchmark binary-benchmark backprop verify test test-portability time-notebooks venv clean-venv
 
+# scripts/reproduce.py: scripts/run_tables.py, then the tables notebook rendered from whatever finished (also when
+# runs failed), then where the tables and the figure are; its exit status is the runs'.
 reproduce: $(STAMP)
-	$(THREADS_ENV) $(PYTHON) scripts/run_tables.py --all --profile $(PROFILE) --dataset $(DATASET) \
+	$(THREADS_ENV) $(PYTHON) scripts/reproduce.py --all --profile $(PROFILE) --dataset $(DATASET) \
 		--runs-dir $(RUNS_PATH) $(RUN_ARGS)
-	$(THREADS_ENV) $(PYTHON) -m papermill notebooks/tables.ipynb $(RUNS_PATH)/$(RESULTS)/tables.ipynb \
-		--cwd notebooks -p profile $(PROFILE) -p committed_only False -p runs_dir $(RUNS_PATH) \
-		-p tables_markdown '$(RUNS_PATH)/{profile}/tables.md' -p comparison_markdown '$(RUNS_PATH)/{folder}/tables.md'
 
 demo: $(STAMP)
 	$(THREADS_ENV) $(PYTHON) scripts/demo.py

@@ -25,7 +25,7 @@ import math
 import statistics
 
 from reproduction import band as rule
-from reproduction.plots import trend
+from reproduction.plots import label_points, trend
 from reproduction.results import OUTSIDE_MARK, binomial_se, cell_key, finished_errors, paper_band
 
 SLOPE_STILL_FALLING = 0.1   # points per 10 epochs: beyond the epoch-to-epoch noise of a settled curve
@@ -317,7 +317,7 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4), spreads: d
 
     spreads = rule.family_spreads(finished_errors(cells)) if spreads is None else spreads
     fig, ax = plt.subplots(figsize=(6.4, 6.0))
-    low, high = math.inf, 0.0
+    low, high, outside = math.inf, 0.0, []
     for table in tables:
         for row in (r for r in rows if r["table"] == table):
             cell = cells.get(cell_key(row))
@@ -329,6 +329,8 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4), spreads: d
             colour = "tab:red" if judged["outside"] else "tab:blue"
             ax.errorbar(paper, ours, yerr=judged["tolerance"], fmt=TABLE_MARKERS[table], color=colour, ms=5,
                         mfc=colour if judged["outside"] else "white", elinewidth=0.8, capsize=2, zorder=3)
+            if judged["outside"]:
+                outside.append((paper, ours, f"T{table} {row['row']} {row['column']}"))
     if high == 0.0:
         ax.text(0.5, 0.5, "no finished cells yet", transform=ax.transAxes, ha="center")
         return fig
@@ -347,4 +349,5 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4), spreads: d
         axis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
+    label_points(ax, outside)
     return fig

@@ -6,6 +6,7 @@ each with its paper-profile twin, settling_table and plot_prolonged show both.
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 from reproduction.parameters import PAPER_EPOCHS, same_configuration
@@ -19,6 +20,35 @@ def _log_error_axis(ax) -> None:
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+
+
+def label_points(ax, points: list[tuple[float, float, str]], fontsize: float = 7, color: str = "black") -> None:
+    """Write each (x, y, text) just right of its point; a label that would overprint one already written (points
+    in a cluster) or leave the axes moves to the nearest free line below or above, with a thin line back to its
+    point. Call it once the axes' limits and the figure's layout are final: the overlap is judged on the drawn
+    page."""
+    from matplotlib.text import Text
+
+    renderer = ax.figure.canvas.get_renderer()
+
+    def text_box(label):  # the words alone: an annotation's own extent includes its line to the point
+        label.update_positions(renderer)
+        return Text.get_window_extent(label, renderer)
+
+    inside = ax.get_window_extent(renderer)
+    # Lines below and above the point, nearest first; the first free one inside the axes is taken.
+    shifts = [0] + [sign * k for k in range(1, 4 * len(points) + 1) for sign in (-1, 1)]
+    placed = []
+    for x, y, text in sorted(points, key=lambda p: -p[1]):
+        label = ax.annotate(text, (x, y), xytext=(4, -3), textcoords="offset points", fontsize=fontsize,
+                            color=color, va="center", arrowprops={"arrowstyle": "-", "lw": 0.4, "color": color})
+        for shift in shifts:
+            label.xyann = (4, -3 + 1.1 * fontsize * shift)
+            box = text_box(label)
+            if box.y0 >= inside.y0 and box.y1 <= inside.y1 and not any(box.overlaps(b) for b in placed):
+                break
+        label.arrow_patch.set_visible(shift != 0)  # a line back to the point only for a label moved away
+        placed.append(text_box(label))
 
 
 def plot_learning_curves(ax, rows: list[dict], cells: dict, table: int, weights: str) -> None:
@@ -42,7 +72,7 @@ def plot_learning_curves(ax, rows: list[dict], cells: dict, table: int, weights:
     ax.xaxis.get_major_locator().set_params(integer=True)
     if profiles:
         _log_error_axis(ax)
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=10, ncol=2)
     else:
         ax.text(0.5, 0.5, "not yet run", ha="center", va="center", transform=ax.transAxes, color="grey")
 
@@ -97,10 +127,11 @@ def error_at(result: dict, output: str, epoch: int) -> float:
 
 def trend(result: dict, output: str, k: int = 40) -> float:
     """Least-squares slope of the test error of `output` over the last k epochs, in points per 10 epochs:
-    about zero once a curve has settled, negative while it still falls."""
+    about zero once a curve has settled, negative while it still falls. NaN for a run of fewer than k epochs
+    (the quick profile's 3): over its first epochs every curve falls steeply, which says nothing about settling."""
     tail = result["history"][-k:]
-    if len(tail) < 2:
-        return 0.0
+    if len(tail) < max(k, 2):
+        return math.nan
     fit = statistics.linear_regression([h["epoch"] for h in tail], [100 * h[f"test_{output}"] for h in tail])
     return 10 * fit.slope
 
@@ -138,7 +169,7 @@ def plot_prolonged(ax, result: dict, twin: dict | None) -> None:
                 style, color="C0" if output == "ebp_p" else "C3", lw=1.2, label=f"{label}, extended profile")
     ax.axvline(PAPER_EPOCHS, color="k", ls=":", lw=1)
     ax.text(PAPER_EPOCHS, 0.98, "the paper's last epoch ", transform=ax.get_xaxis_transform(), ha="right", va="top",
-            fontsize=8)
+            fontsize=10)
     ax.set(xlabel="epoch", ylabel="test error (%)", title=run_name(result["parameters"]))
     _log_error_axis(ax)
-    ax.legend(fontsize=7, loc="center right")
+    ax.legend(fontsize=10, loc="center right")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import time
@@ -74,6 +75,42 @@ def job_environment(job: dict):
                 os.environ[name] = value
 
 
+# A notebook kernel that dies or stays silent before answering kernel_info (a loaded machine) has run no cell, so
+# starting it again is safe; a bounded number of tries keeps a kernel that can never start from looping.
+KERNEL_START_TRIES = 3
+_KERNEL_NEVER_STARTED = re.compile(r"Kernel died before replying to kernel_info|Kernel didn't respond in \d+ seconds")
+
+
+def kernel_never_started(error: BaseException | None) -> bool:
+    """Whether papermill's `error` says the notebook's kernel died before it started (no cell ran)."""
+    return (error is not None and not hasattr(error, "ename")
+            and _KERNEL_NEVER_STARTED.search(str(error)) is not None)
+
+
+def execute_notebook(notebook: str, output: Path, tries: int = KERNEL_START_TRIES, **papermill_args):
+    """papermill.execute_notebook(notebook, output, ...), started again (at most `tries` times in all) while its
+    kernel dies before it starts. Returns (the exception it ended with, or None; a sentence saying it was
+    retried, or None)."""
+    import papermill
+
+    attempts, first = 0, None
+    while True:
+        attempts += 1
+        try:
+            papermill.execute_notebook(notebook, str(output), **papermill_args)
+            error = None
+        except Exception as err:
+            error = err
+        if not kernel_never_started(error) or attempts >= tries:
+            break
+        first = first or str(error).strip().splitlines()[0]
+        Path(output).unlink(missing_ok=True)  # the notebook of a kernel that never started: nothing ran
+    if attempts == 1:
+        return error, None
+    ended = "it never started" if kernel_never_started(error) else "then it started"
+    return error, f"the notebook's kernel died before it started ({first}): started {attempts} times, {ended}"
+
+
 def run_job(job: dict) -> dict:
     """Execute notebooks/experiment.ipynb for `job` into <output_dir>/experiment.ipynb with papermill.
 
@@ -111,17 +148,13 @@ def run_job(job: dict) -> dict:
         return {**outcome, **prepared}
     outcome.update(prepared)
 
-    import papermill
-
     tmp = out / f".experiment-{os.getpid()}.tmp.ipynb"
-    error = None
-    try:
-        with job_environment(job):
-            papermill.execute_notebook(job["notebook"], str(tmp), parameters=notebook_parameters(job),
-                                       kernel_name="python3", cwd=str(Path(job["notebook"]).parent),
-                                       progress_bar=False, log_output=False)
-    except Exception as err:
-        error = err
+    with job_environment(job):
+        error, retried = execute_notebook(job["notebook"], tmp, parameters=notebook_parameters(job),
+                                          kernel_name="python3", cwd=str(Path(job["notebook"]).parent),
+                                          progress_bar=False, log_output=False)
+    if retried:
+        outcome["note"] = "; ".join(filter(None, [outcome.get("note"), retried]))
     if getattr(error, "ename", None) == RunBusyError.__name__:  # lost a lock race: the winner's notebook stays
         tmp.unlink(missing_ok=True)
         return {**outcome, "status": "busy", "error": "another process is training this run now"}

@@ -137,10 +137,14 @@ def open_chromium(profile_dir: Path, width: int = 1280, height: int = 900):
 
 def wait_for_mathjax(session) -> None:
     """Wait until MathJax has typeset the loaded page; raise if the page has no MathJax."""
+    # MathJax's script is deferred: on a loaded machine it may not have run yet when the page reports loaded.
     error = session.execute_async_script(
-        "const done = arguments[arguments.length - 1];"
-        "if (!window.MathJax || !window.MathJax.startup) { done('MathJax is not loaded on this page'); return; }"
-        "window.MathJax.startup.promise.then(() => done(null), (e) => done('MathJax failed: ' + e));")
+        "const done = arguments[arguments.length - 1], start = Date.now();"
+        "(function wait() {"
+        "  if (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise) {"
+        "    window.MathJax.startup.promise.then(() => done(null), (e) => done('MathJax failed: ' + e)); return; }"
+        "  if (Date.now() - start > 30000) { done('MathJax is not loaded on this page (waited 30 s)'); return; }"
+        "  setTimeout(wait, 100); })();")
     if error:
         raise RuntimeError(f"{session.current_url}: {error}")
 

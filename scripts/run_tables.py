@@ -163,35 +163,37 @@ def list_jobs(jobs: list[dict]) -> None:
             print(f"    files: {', '.join(map(str, state.files))}")
 
 
-def main(argv=None) -> int:
+def run(argv=None) -> tuple[int, list[dict]]:
+    """The command line `argv` carried out: (its exit status, the outcome of every run it ran; none for --list or an
+    error before any run)."""
     args = parse_args(argv)
     try:
         rows = paper_tables.select_rows(paper_tables.read_paper_tables(), args.table, args.column, args.run_ids,
                                         args.weights)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return 2, []
     if not rows:
         print("error: these filters select no table cell", file=sys.stderr)
-        return 2
+        return 2, []
     try:
         paper_tables.check_mask_reading(rows, args.mask_reading)
         paper_tables.check_real_update(rows, args.real_update)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return 2, []
     jobs = paper_tables.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed, args.data_dir,
                                   args.mask_reading, args.dataset, args.real_update, args.engine)
     if args.list:
         list_jobs(jobs)
-        return 0
+        return 0, []
     profile = parameters.PROFILES[args.profile]
     quoted = parameters.protocol_relative_to_paper(profile) != "shortened"
     try:
         records.code_state(allow_dirty=args.allow_dirty or not quoted)
     except records.DirtyTreeError as err:
         print(f"error: profile {args.profile}: {err}", file=sys.stderr)
-        return 2
+        return 2, []
     if args.allow_dirty:
         for job in jobs:
             job["env"][records.ALLOW_DIRTY_VAR] = "1"
@@ -208,9 +210,13 @@ def main(argv=None) -> int:
                                     grouping=group if args.group_seeds else None)
     except OSError as err:  # e.g. no scheduler at that address
         print(f"error: {records.describe_error(err)}", file=sys.stderr)
-        return 1
+        return 1, []
     print(runner.summary(jobs, outcomes))
-    return runner.exit_status(outcomes)
+    return runner.exit_status(outcomes), outcomes
+
+
+def main(argv=None) -> int:
+    return run(argv)[0]
 
 
 if __name__ == "__main__":

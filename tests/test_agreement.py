@@ -90,6 +90,14 @@ def test_ebp_d_rounding_and_not_converged_are_computed(rows):
     assert found[1].startswith("not converged at epoch 120: still falling by 2.00 points per 10 epochs")
 
 
+def test_a_run_too_short_for_a_trend_is_never_called_not_converged(rows):
+    """The quick profile's 3 epochs fall steeply by construction: no 40-epoch slope is quoted for them."""
+    d_row = cell_row(rows, 2, "B-EBP-D", "[800,800]")
+    result = run(d_row, None, curve=[0.60, 0.45, 0.30])  # 150 points per 10 epochs, far above the paper's 27.06
+    found = agreement.mechanisms(d_row, rows, {"main": cells_of(rows, [result])})
+    assert not [m for m in found if "not converged" in m], found
+
+
 def test_the_other_reading_within_the_band_explains_a_table_4_cell(rows):
     row = cell_row(rows, 4, "B-EBP-P", "144")  # paper 4.06
     variants = {"main": cells_of(rows, seeds(row, 0.0282)),

@@ -29,6 +29,14 @@ REQUIRE_BROWSER = os.environ.get("EBP_REQUIRE_BROWSER", "") not in ("", "0")
 NUMBERED = re.compile(r"^\d\d[a-z]?_")   # 03b_... sits between 03 and 04
 # TeX that MathJax would have replaced: \( \) \[ \] delimiters, $...$ or $$, an environment.
 RAW_TEX = re.compile(r"\\[()\[\]]|\$\$|\$[^$\s][^$\n]*\$|\\begin\{")
+# A Markdown table's separator row (|---|---| or ---|:---:; the book's smart quotes turn --- into —): a table
+# shown as text instead of rendered.
+TABLE_SEPARATOR = re.compile(r"\|\s*:?[-—–]+:?\s*\||:?-{3,}:?\s*\|\s*:?-{3,}")
+# A separator row as a line of Markdown source, i.e. one table.
+SEPARATOR_LINE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)+\|?\s*$", re.M)
+# The pages a reader opens for the results: every table they print must be an HTML table.
+RESULTS_PAGES = ("notebooks/tables", "notebooks/comparison")
+LANDING_FIGURE = "agreement.png"
 # Chrome's console lines for a resource that did not load.
 LOAD_FAILURE = re.compile(r"Failed to load resource|net::ERR_|blocked by CORS|Not allowed to load", re.I)
 
@@ -56,6 +64,21 @@ def source_of(page: str) -> Path:
     matches = [p for p in (ROOT / f"{page}.ipynb", ROOT / f"{page}.md") if p.is_file()]
     assert len(matches) == 1, f"{page}: expected one source file (.ipynb or .md), found {matches}"
     return matches[0]
+
+
+def source_tables(page: str) -> int:
+    """How many Markdown tables (separator rows) a page's source holds: a notebook's markdown cells and the
+    Markdown its cells print, or a Markdown page's text."""
+    source = source_of(page)
+    if source.suffix == ".md":
+        return len(SEPARATOR_LINE.findall(source.read_text(encoding="utf-8")))
+    texts = []
+    for cell in json.loads(source.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "markdown":
+            texts.append("".join(cell["source"]))
+        texts += ["".join(o["data"]["text/markdown"]) for o in cell.get("outputs", [])
+                  if "text/markdown" in o.get("data", {})]
+    return sum(len(SEPARATOR_LINE.findall(text)) for text in texts)
 
 
 def markdown_and_figures(page: str) -> tuple[str, int]:
@@ -166,7 +189,34 @@ return {
   links: [...document.querySelectorAll('a[href]')].map((a) => a.href),
   nav: [...document.querySelectorAll('nav.bd-docs-nav a.reference')].map((a) => a.href),
   fetched: performance.getEntriesByType('resource').map((e) => e.name),
+  tables: article.querySelectorAll('table').length,
+  clipped: clipped(article),
 };
+"""
+
+# The text column's overflow, measured in the browser: every shown element of the article that ends to the right
+# of the column without a sideways-scrolling box around it, and every box that hides what overflows it sideways.
+# Inline elements (words, inline maths) have no box width of their own and are judged by their containers.
+CLIPPED = r"""
+function clipped(column) {
+  const right = column.getBoundingClientRect().right;
+  // MathJax's copy of each formula for screen readers is a clipped 1 px box by design.
+  const shown = (e) => { const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+                         return !e.closest('mjx-assistive-mml') && r.width > 0 && r.height > 0
+                                && s.visibility !== 'hidden' && s.display !== 'inline'; };
+  const scrolled = (e) => { for (let a = e.parentElement; a && a !== column; a = a.parentElement) {
+                              if (['auto', 'scroll'].includes(getComputedStyle(a).overflowX)) return true; }
+                            return false; };
+  const name = (e) => `<${e.tagName.toLowerCase()} class="${e.getAttribute('class') || ''}"> `
+                      + JSON.stringify(e.textContent.trim().slice(0, 60));
+  const past = [...column.querySelectorAll('*')].filter((e) => shown(e) && !scrolled(e)
+                                                         && e.getBoundingClientRect().right > right + 1);
+  // Inside a formula MathJax clips its own parts (stretchy delimiters); the formula is judged as a whole.
+  const hiding = [...column.querySelectorAll('*')].filter((e) => shown(e) && !e.parentElement.closest('mjx-container')
+      && ['hidden', 'clip'].includes(getComputedStyle(e).overflowX) && e.scrollWidth > e.clientWidth + 1);
+  return past.map((e) => `${name(e)} ends ${Math.round(e.getBoundingClientRect().right - right)} px past the column`)
+      .concat(hiding.map((e) => `${name(e)} hides ${e.scrollWidth - e.clientWidth} px`));
+}
 """
 
 
@@ -175,7 +225,7 @@ def test_page_in_browser(browser, book, page):
     url = (book / f"{page}.html").as_uri()
     browser.get(url)
     build_book.wait_for_mathjax(browser)
-    seen = browser.execute_script(READ_PAGE)
+    seen = browser.execute_script(CLIPPED + READ_PAGE)
     console = browser.get_log("browser")
     markdown, figures = markdown_and_figures(page)
 
@@ -187,6 +237,18 @@ def test_page_in_browser(browser, book, page):
     assert not raw, f"raw TeX in the visible text: {raw[:5]}"
     if RAW_TEX.search(markdown):
         assert seen["typeset_in_article"] > 0, "the page's markdown has maths but none is typeset"
+
+    # Every table is an HTML table: no Markdown table syntax is left in the text (code blocks aside), and each
+    # table of the source, whether typed in a markdown cell or printed by a cell, is a <table> on the page.
+    raw_tables = [seen["text"][max(0, m.start() - 60):m.end() + 60] for m in TABLE_SEPARATOR.finditer(seen["text"])]
+    assert not raw_tables, f"{len(raw_tables)} Markdown tables shown as text, e.g. {raw_tables[:3]}"
+    assert seen["tables"] >= source_tables(page), \
+        f"{source_tables(page)} tables in the source, {seen['tables']} <table> elements on the page"
+    if page in RESULTS_PAGES:
+        assert seen["tables"] > 0, "a results page without one HTML table"
+
+    # Nothing runs past the text column or is cut off: wide tables and code scroll inside it, output wraps.
+    assert not seen["clipped"], "clipped at the text column's right edge:\n  " + "\n  ".join(seen["clipped"][:8])
 
     # Every image loaded, and every figure of the notebook's outputs is on the page.
     broken = [i["src"] for i in seen["images"] if not i["ok"]]
@@ -221,3 +283,44 @@ def test_page_in_browser(browser, book, page):
     assert not remote, f"fetched from outside the book: {remote}"
     failures = [e["message"] for e in console if e["level"] == "SEVERE" and LOAD_FAILURE.search(e["message"])]
     assert not failures, f"resources that failed to load: {failures}"
+
+
+LANDING = r"""
+const article = document.querySelector('article') || document.body;
+return {
+  figures: [...article.querySelectorAll('img')].map((i) => ({src: i.src, ok: i.complete && i.naturalWidth > 0,
+                                                             width: i.getBoundingClientRect().width})),
+  links: [...article.querySelectorAll('a[href]')].map((a) => a.href),
+  text: article.textContent.replace(/\s+/g, ' ').replace(/[‘’]/g, "'"),
+};
+"""
+
+
+def test_landing_page_shows_the_figure_the_headline_and_the_way_in(browser, book):
+    """The first page a reader meets: the agreement figure, shown and readable; the headline counts as the
+    tables notebook generated them (outputs/runs/paper/summary.md, the README's block); and a link to every
+    other page of the book, in reading order (test_page_in_browser checks that every link resolves)."""
+    landing = book / f"{PAGES[0]}.html"
+    browser.get(landing.as_uri())
+    build_book.wait_for_mathjax(browser)
+    seen = browser.execute_script(LANDING)
+    figures = [f for f in seen["figures"] if f["src"].endswith(LANDING_FIGURE)]
+    assert figures and all(f["ok"] for f in figures), f"no loaded {LANDING_FIGURE} on the landing page: {seen['figures']}"
+    assert figures[0]["width"] >= 400, f"the agreement figure is shown {figures[0]['width']:.0f} px wide"
+    summary = (ROOT / "outputs" / "runs" / "paper" / "summary.md").read_text(encoding="utf-8")
+    first_count = next(line for line in summary.splitlines() if line.startswith("- "))[2:].rstrip(".")
+    assert re.sub(r"\s+", " ", first_count).replace("**", "") in seen["text"], \
+        f"the landing page lacks the generated headline {first_count!r}"
+    linked = []
+    for href in seen["links"]:
+        parts = urlsplit(href)
+        if parts.scheme == "file":
+            path = Path(url2pathname(unquote(parts.path))).resolve()
+            if path.is_relative_to(book.resolve()) and path.suffix == ".html":
+                linked.append(path.relative_to(book.resolve()).with_suffix("").as_posix())
+    others = PAGES[1:]
+    missing = [p for p in others if p not in linked]
+    assert not missing, f"pages the landing page does not link to: {missing}"
+    rest = iter(linked)
+    assert all(page in rest for page in others), \
+        f"the landing page does not list the pages in reading order: {linked}"

@@ -108,11 +108,37 @@ def test_the_committed_quick_runs_are_every_run_make_reproduce_selects():
     assert max(errors.values()) < parameters.NOT_LEARNING, errors
 
 
+def dying_kernel_spec(folder: Path, counter: Path, die_at: tuple[int, ...]) -> Path:
+    """A Jupyter data folder (for JUPYTER_PATH) whose python3 kernel exits at once at the `die_at`-th starts
+    (counted in the file `counter`, from 1), as a kernel does that dies before replying to kernel_info, and is this
+    interpreter's kernel otherwise."""
+    spec = folder / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "start.sh").write_text(
+        f'n=$(( $(cat "{counter}" 2>/dev/null || echo 0) + 1 )); echo $n > "{counter}"\n'
+        f'case " {" ".join(map(str, die_at))} " in *" $n "*) exit 1;; esac\n'
+        f'exec "{sys.executable}" -m ipykernel_launcher -f "$1"\n')
+    (spec / "kernel.json").write_text(json.dumps({"argv": ["sh", str(spec / "start.sh"), "{connection_file}"],
+                                                  "display_name": "Python 3", "language": "python"}))
+    return folder
+
+
 def test_reproduce_trains_and_renders_in_the_runs_folder_it_is_given(tmp_path, real_data_dir):
-    """RUNS_DIR sends both the training and the tables notebook's rendering elsewhere; outputs/runs is untouched."""
+    """RUNS_DIR sends both the training and the tables notebook's rendering elsewhere; outputs/runs is untouched.
+    Notebook kernels that die before they start (a kernel spec that exits at its 1st and 3rd-5th starts): the
+    first run's kernel is started again, and says so; the second run's never starts, so it fails after three
+    tries. The tables are still rendered from what finished; the command says where they are, that the quick
+    profile is a smoke test, how many runs failed and what to do, and exits non-zero."""
     quick = folder.RUNS_DIR / "quick"
     before = {p: p.stat().st_mtime_ns for p in quick.rglob("*")}
-    out = check(make("reproduce", f"RUNS_DIR={tmp_path}", "RUN_ARGS=binary-200 --jobs 1"))
+    kernels = dying_kernel_spec(tmp_path / "jupyter", tmp_path / "kernel-starts", die_at=(1, 3, 4, 5))
+    done = make("reproduce", f"RUNS_DIR={tmp_path / 'runs'}", "RUN_ARGS=binary-200 real-200 --jobs 1",
+                JUPYTER_PATH=str(kernels))
+    out, tmp_path = done.stdout, tmp_path / "runs"
+    assert done.returncode != 0, out
+    assert "NOTE binary-200: the notebook's kernel died before it started (Kernel died before replying to " \
+           "kernel_info): started 2 times, then it started" in out, out[-3000:]
+    assert "FAILED real-200: RuntimeError: Kernel died before replying to kernel_info" in out, out[-3000:]
     result = json.loads((tmp_path / "quick" / "binary-200" / folder.RESULT_FILE).read_text())
     assert result["finished"] and result["n_train_images"] == parameters.PROFILES["quick"]["n_train"], out
     assert (tmp_path / "quick" / "tables.ipynb").is_file()
@@ -121,6 +147,25 @@ def test_reproduce_trains_and_renders_in_the_runs_folder_it_is_given(tmp_path, r
     assert "Table 2: 1 of 18 runs finished, 17 not run" in tables, tables  # binary-200 alone, read from tmp_path
     assert (tmp_path / "quick-fashion-mnist" / "tables.md").is_file()
     assert {p: p.stat().st_mtime_ns for p in quick.rglob("*")} == before
+    tail = out.strip().splitlines()[-10:]
+    for line in (f"tables: {tmp_path / 'quick' / 'tables.md'}", f"figure: {tmp_path / 'quick' / 'agreement.png'}",
+                 f"the executed tables notebook: {tmp_path / 'quick' / 'tables.ipynb'}"):
+        assert line in tail, out[-3000:]
+    assert any("is a smoke test, not the paper's protocol" in line for line in tail), out[-3000:]
+    assert re.search(r"1 run failed: re-run `make reproduce` to resume them\n(make: \*\*\* .*\n?)?$", out), out[-3000:]
+
+
+def test_what_reproduce_writes_for_the_quick_profile_is_ignored_by_git():
+    """A fresh clone's `make reproduce` leaves `git status` clean: the quick profile's rendering is git-ignored
+    (the paper profile's is committed, as the README says)."""
+    written = ["outputs/runs/quick/tables.md", "outputs/runs/quick/summary.md", "outputs/runs/quick/agreement.png",
+               "outputs/runs/quick/tables.ipynb", "outputs/runs/quick-fashion-mnist/tables.md",
+               "outputs/runs/paper/tables.ipynb"]
+    done = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True)
+    assert done.stdout.split() == written, f"not ignored: {sorted(set(written) - set(done.stdout.split()))}"
+    committed = ["outputs/runs/paper/tables.md", "outputs/runs/paper/summary.md", "outputs/runs/paper/agreement.png"]
+    done = subprocess.run(["git", "check-ignore", "--no-index", *committed], cwd=ROOT, capture_output=True, text=True)
+    assert done.stdout.split() == [], f"the README's committed results are ignored: {done.stdout}"
 
 
 # ----------------------------------------------------------------------------------------------------------

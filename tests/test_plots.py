@@ -2,6 +2,8 @@
 prolong, the settling table, and how long a prolonged run retraces its twin."""
 from __future__ import annotations
 
+import math
+
 import pytest
 from fake_runs import cell_row, fake_result, write_result
 
@@ -32,8 +34,35 @@ def test_an_extended_run_is_paired_with_the_paper_run_it_prolongs(rows, tmp_path
                                                     "ran; over those epochs their test errors differ by at most 25.00 "
                                                     "points (trained on unrecorded CPUs; the twin on unrecorded CPUs)")
     assert trend(twin, "ebp_d") == pytest.approx(-1.0) and trend(extended, "ebp_d") == pytest.approx(0.0)
+    three_epochs = {**twin, "history": twin["history"][:3]}  # the quick profile: no 40-epoch trend to measure
+    assert math.isnan(trend(three_epochs, "ebp_d")) and trend(three_epochs, "ebp_d", k=3) == pytest.approx(-1.0)
     table = settling_table(pairs)
     # epoch 120: 18.10; epochs 111-120: 18.55 on average; epoch 200 and its last 10: 18.10
     assert "| binary [800,800], sampled dropout, seed 0 | EBP-D | 18.10 | 18.55 | -1.00 | 18.10 (epoch 200) | " \
            "18.10 | +0.00 |" in table
     assert settling_table([]) == "No run of the extended profile has been committed yet."
+
+
+def test_labels_of_a_cluster_of_points_do_not_overprint():
+    """Eight points a few pixels apart (the agreement figure's red cells in the 3-5% cluster): every label is
+    written, none overlaps another or leaves the axes, and each moved label has a line back to its point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from reproduction.plots import label_points
+
+    fig, ax = plt.subplots(figsize=(6.4, 6.0))
+    points = [(3 + 0.05 * i, 1.6 + 0.03 * i, f"T4 B-EBP-P {i}") for i in range(8)]  # near the bottom
+    ax.set(xscale="log", yscale="log", xlim=(1.5, 30), ylim=(1.5, 30))
+    label_points(ax, points)
+    renderer = fig.canvas.get_renderer()
+    boxes = [Text.get_window_extent(label, renderer) for label in ax.texts]
+    assert sorted(label.get_text() for label in ax.texts) == sorted(text for _, _, text in points)
+    assert not [(i, j) for i, a in enumerate(boxes) for j, b in enumerate(boxes[i + 1:], i + 1) if a.overlaps(b)]
+    axes = ax.get_window_extent(renderer)
+    assert all(axes.y0 <= b.y0 and b.y1 <= axes.y1 for b in boxes), "a label left the axes"
+    assert sum(label.arrow_patch.get_visible() for label in ax.texts) == len(points) - 1
+    plt.close(fig)

@@ -727,3 +727,63 @@ def test_a_run_restarted_after_a_corrupt_checkpoint_shows_no_stale_epoch(tmp_pat
     [aside] = out.glob(f"{RESULT_FILE}.restarted-*")
     assert aside.name in prepared["note"] and json.loads(aside.read_text())["epochs_done"] == 2
     assert job_state(job).state == "new"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 12. A notebook kernel that dies before it starts (a loaded machine) is started again, a bounded number of times
+# ----------------------------------------------------------------------------------------------------------
+
+KERNEL_DIED = "Kernel died before replying to kernel_info"
+
+
+def test_a_kernel_that_dies_before_it_starts_is_retried_and_the_retry_is_said(tmp_path, monkeypatch,
+                                                                                real_data_dir):
+    import papermill
+
+    real, calls = papermill.execute_notebook, []
+
+    def dies_once(notebook, output, **kwargs):
+        calls.append(output)
+        if len(calls) == 1:
+            Path(output).write_text("{}")  # papermill writes the output notebook before it starts the kernel
+            raise RuntimeError(KERNEL_DIED)
+        return real(notebook, output, **kwargs)
+
+    monkeypatch.setattr(papermill, "execute_notebook", dies_once)
+    job = tiny_job(tmp_path / "runs", **ONE_EPOCH)
+    outcome = run_job(job)
+    assert outcome["status"] == "finished" and len(calls) == 2, outcome
+    assert outcome["note"] == (f"the notebook's kernel died before it started ({KERNEL_DIED}): started 2 times, "
+                               f"then it started")
+    assert f"NOTE {job['key']}: the notebook's kernel died before it started" in summary([job], [outcome])
+    assert leftovers(Path(job["output_dir"])) == []
+
+
+def test_a_kernel_that_never_starts_fails_the_run_after_a_bounded_number_of_tries(tmp_path, monkeypatch):
+    import papermill
+
+    calls = []
+
+    def always_dies(notebook, output, **kwargs):
+        calls.append(output)
+        raise RuntimeError(KERNEL_DIED)
+
+    monkeypatch.setattr(papermill, "execute_notebook", always_dies)
+    job = tiny_job(tmp_path / "runs")
+    outcome = run_job(job)
+    assert outcome["status"] == "failed" and len(calls) == reproduction.runner.KERNEL_START_TRIES, outcome
+    assert KERNEL_DIED in outcome["error"]
+    assert outcome["note"].endswith(f"started {reproduction.runner.KERNEL_START_TRIES} times, it never started")
+    assert exit_status([outcome]) == 1 and leftovers(Path(job["output_dir"])) == []
+
+
+def test_only_a_kernel_that_never_started_is_retried():
+    """A cell's exception (it has an ename) or another failure of papermill is a real failure, never retried."""
+    class CellError(Exception):
+        ename = "ValueError"
+
+    assert reproduction.runner.kernel_never_started(RuntimeError(KERNEL_DIED))
+    assert reproduction.runner.kernel_never_started(RuntimeError("Kernel didn't respond in 60 seconds"))
+    assert not reproduction.runner.kernel_never_started(CellError(KERNEL_DIED))
+    assert not reproduction.runner.kernel_never_started(OSError("No space left on device"))
+    assert not reproduction.runner.kernel_never_started(None)
