@@ -6,7 +6,8 @@ deterministic net with mean weights, EBP-P with some hidden layers rounded, vote
 uncertainty of weights and hidden units (notebook 06, scripts/ebp_d_gap.py); and the statistics of comparisons on
 the same test images (paired_rates: McNemar and the paired standard error) and of Monte Carlo checks
 (sampled_mean_outside_rate: the exact null rate); and a neighbour of EBP, probabilistic backpropagation's
-assumed-density-filtering update of each weight's mean and variance, beside exact Bayes for one weight (notebook 05).
+assumed-density-filtering update of each weight's mean and variance, beside exact Bayes for one weight (notebook 05);
+and sliders that redraw a figure in a live kernel (notebooks 01, 02, 06).
 
 They are analysis, not the algorithm (ebp_lib) and not a check of it (ebp_checks).
 """
@@ -523,3 +524,60 @@ def exact_one_weight_posterior(c, y, m0, v0, offset, noise_var, half_width: floa
         means.append(mean)
         variances.append(np.sum(p * (w - mean) ** 2))
     return {"mean": np.array(means), "var": np.array(variances), "w": w, "density": p / (w[1] - w[0])}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Sliders for a live kernel (notebooks 01, 02, 06), each beside a static figure of a few of its values
+# ----------------------------------------------------------------------------------------------------------
+
+def _figure_output(fig) -> dict:
+    """A matplotlib figure as one display_data output (PNG), the form an ipywidgets Output widget holds; the
+    figure is closed, so that the inline backend does not show it a second time in the cell's outputs."""
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"image/png": base64.b64encode(buffer.getvalue()).decode("ascii"), "text/plain": repr(fig)}}
+
+
+def slider_widget(draw, start: dict | None = None, **options):
+    """One ipywidgets SelectionSlider per keyword (name=list of values) above an Output widget holding the
+    figure draw(**values) returns, redrawn when a slider is released. The figure is written into the Output
+    widget's state, never printed by the cell, so a run without a front end (nbval, nbconvert) sees no figure
+    output and two runs record the same cell output. `start` gives initial values (default: each list's first)."""
+    import ipywidgets
+
+    if not options:
+        raise ValueError("slider_widget needs at least one name=[values] keyword, e.g. alpha=[0.5, 1, 2]")
+    start = start or {}
+    if set(start) - set(options):
+        raise ValueError(f"start names {sorted(set(start) - set(options))}, which have no slider; the sliders "
+                         f"are {sorted(options)}")
+    sliders = {name: ipywidgets.SelectionSlider(options=list(values), value=start.get(name, list(values)[0]),
+                                                description=name, continuous_update=False)
+               for name, values in options.items()}
+    out = ipywidgets.Output()
+
+    def redraw(_change=None):
+        out.outputs = (_figure_output(draw(**{name: s.value for name, s in sliders.items()})),)
+
+    for s in sliders.values():
+        s.observe(redraw, names="value")
+    redraw()
+    return ipywidgets.VBox([*sliders.values(), out])
+
+
+def show_slider(draw, description: str, start: dict | None = None, **options) -> None:
+    """Display slider_widget(draw, start, **options). Its plain-text form, what nbval compares and what a viewer
+    without widgets (the book, a static render) shows, is `description` instead of the widget's repr; the
+    widget's own model id, which changes on every run, is in the widget-view output that nbval skips."""
+    from IPython.display import display
+
+    bundle = slider_widget(draw, start, **options)._repr_mimebundle_()
+    bundle["text/plain"] = description
+    display(bundle, raw=True)
