@@ -5,7 +5,9 @@ curves (notebooks 05, 07), the class probabilities and calibration of EBP-P and 
 deterministic net with mean weights, EBP-P with some hidden layers rounded, votes of sampled nets, and the
 uncertainty of weights and hidden units (notebook 06, scripts/ebp_d_gap.py); and the statistics of comparisons on
 the same test images (paired_rates: McNemar and the paired standard error) and of Monte Carlo checks
-(sampled_mean_outside_rate: the exact null rate).
+(sampled_mean_outside_rate: the exact null rate); and a neighbour of EBP, probabilistic backpropagation's
+assumed-density-filtering update of each weight's mean and variance, beside exact Bayes for one weight (notebook 05);
+and sliders that redraw a figure in a live kernel (notebooks 01, 02, 06).
 
 They are analysis, not the algorithm (ebp_lib) and not a check of it (ebp_checks).
 """
@@ -24,6 +26,7 @@ from ebp_lib import (
     hard_sign,
     lagged_step,
     layer_moments,
+    log_phi_ratio,
     sign_network,
     unit_mean,
     weight_moments,
@@ -419,3 +422,162 @@ def sampled_mean_outside_rate(nu: np.ndarray, n_samples: int, k: float = 3.0) ->
     se = np.maximum(np.sqrt((1 - flat ** 2) / n_samples), 1 / n_samples)
     outside = np.abs(mean[None, :] - flat) > k * se
     return (binom.pmf(m[None, :], n_samples, (1 + flat) / 2) * outside).sum(axis=1).reshape(nu.shape)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A neighbour of EBP: probabilistic backpropagation's variance update, against exact Bayes (notebook 05)
+# ----------------------------------------------------------------------------------------------------------
+
+def _probit_terms(m, v, c, y, offset, noise_var):
+    """z = yμ/σ and λ(z) = φ(z)/Φ(z) of a unit whose input is u = offset + Σ_i W_i c_i + noise, W_i ~ N(m_i, v_i)
+    and the noise N(0, noise_var): μ = offset + Σ m_i c_i, σ² = noise_var + Σ v_i c_i² (the forward pass of a
+    unit without hidden layers, notebook 05 §1)."""
+    sigma2 = noise_var + np.sum(v * c ** 2, axis=-1)
+    z = y * (offset + np.sum(m * c, axis=-1)) / np.sqrt(sigma2)
+    return z, np.exp(log_phi_ratio(z)), sigma2
+
+
+def probit_evidence_derivatives(m, v, c, y, offset=0.0, noise_var=0.0):
+    """∂ ln Z/∂m_i and ∂ ln Z/∂v_i of the evidence Z = Φ(yμ/σ) of one label y = ±1, for the unit of
+    _probit_terms: with λ = φ(z)/Φ(z),
+
+        ∂ ln Z/∂m_i = y λ c_i / σ          (EBP's increment when v_i = 1: Δ x_j / √N, notebook 05 §1)
+        ∂ ln Z/∂v_i = −λ z c_i² / (2σ²)    (through σ² only; EBP never needs it).
+    """
+    m, v, c = (np.asarray(a, dtype=float) for a in (m, v, c))
+    if np.any(v < 0) or noise_var < 0 or y not in (-1, 1):
+        raise ValueError(f"need variances v >= 0, noise_var >= 0 and a label y of ±1, got min v {v.min()}, "
+                         f"noise_var {noise_var}, y {y}")
+    z, lam, sigma2 = _probit_terms(m, v, c, y, offset, noise_var)
+    return y * lam * c / np.sqrt(sigma2), -lam * z * c ** 2 / (2 * sigma2)
+
+
+def adf_gaussian_update(m, v, d_m, d_v):
+    """Assumed density filtering of independent Gaussian factors N(m_i, v_i) (Minka 2001), the update of
+    probabilistic backpropagation (Hernández-Lobato & Adams 2015, eqs. 5 and 6): matching the mean and variance
+    of N(m, v)·likelihood, normalised, gives
+
+        m ← m + v ∂ln Z/∂m,        v ← v − v² [(∂ln Z/∂m)² − 2 ∂ln Z/∂v].
+
+    EBP makes the first step (with v = 1) and never the second. Raises if a variance would not stay positive
+    (a likelihood that is not log-concave in the weight can do that; a probit or Gaussian one cannot)."""
+    m, v = np.asarray(m, dtype=float), np.asarray(v, dtype=float)
+    v_new = v - v ** 2 * (d_m ** 2 - 2 * d_v)
+    if np.any(v_new <= 0):
+        raise ValueError(f"the ADF step would make a variance non-positive (smallest {v_new.min():.3g}): the "
+                         f"likelihood is not log-concave here; PBP skips such a step")
+    return m + v * d_m, v_new
+
+
+def assumed_density_filter(c, y, m0, v0, offset=None, noise_var=None, update_variance=True):
+    """Pass once over observations n = 1..n_obs in order (c: (n_obs, K) inputs of the weights, y: labels ±1,
+    offset and noise_var: per observation, the rest of the unit's input), updating Gaussian factors
+    N(m_i, v_i) of the K weights by probit_evidence_derivatives and adf_gaussian_update: probabilistic
+    backpropagation's step (update_variance=True), or EBP's (False: only the mean moves, by v ∂ln Z/∂m).
+
+    Returns (means, variances), each (n_obs + 1, K): row n after n observations, row 0 the prior m0, v0."""
+    c = np.atleast_2d(np.asarray(c, dtype=float))
+    n_obs = len(c)
+    y = np.asarray(y)
+    offset = np.zeros(n_obs) if offset is None else np.asarray(offset, dtype=float)
+    noise_var = np.zeros(n_obs) if noise_var is None else np.asarray(noise_var, dtype=float)
+    if y.shape != (n_obs,) or offset.shape != (n_obs,) or noise_var.shape != (n_obs,):
+        raise ValueError(f"need one label, offset and noise variance per row of c ({n_obs} rows), got shapes "
+                         f"{y.shape}, {offset.shape}, {noise_var.shape}")
+    m = np.broadcast_to(np.asarray(m0, dtype=float), c.shape[1:]).copy()
+    v = np.broadcast_to(np.asarray(v0, dtype=float), c.shape[1:]).copy()
+    means, variances = [m.copy()], [v.copy()]
+    for n in range(n_obs):
+        d_m, d_v = probit_evidence_derivatives(m, v, c[n], int(y[n]), offset[n], noise_var[n])
+        if update_variance:
+            m, v = adf_gaussian_update(m, v, d_m, d_v)
+        else:
+            m = m + v * d_m
+        means.append(m.copy())
+        variances.append(v.copy())
+    return np.array(means), np.array(variances)
+
+
+def exact_one_weight_posterior(c, y, m0, v0, offset, noise_var, half_width: float = 12.0, n_grid: int = 4001):
+    """Exact Bayes for one weight W ~ N(m0, v0) observed through probit labels,
+    P(y_n | W = w) = Φ(y_n (offset_n + c_n w) / √noise_var_n) (the rest of the unit's input Gaussian and
+    independent on each observation), by quadrature of prior × Π_n likelihood on a grid of m0 ± half_width·√v0.
+
+    Returns {"mean", "var"}, each (n_obs + 1,) (entry n after n observations), and "w", "density" (the grid
+    and the normalised posterior density after all of them)."""
+    c, y, offset, noise_var = (np.asarray(a, dtype=float) for a in (c, y, offset, noise_var))
+    if not (c.ndim == 1 and c.shape == y.shape == offset.shape == noise_var.shape):
+        raise ValueError(f"need c, y, offset and noise_var as vectors of one length (one entry per observation), "
+                         f"got shapes {c.shape}, {y.shape}, {offset.shape}, {noise_var.shape}")
+    if np.any(noise_var <= 0) or v0 <= 0:
+        raise ValueError("need noise_var > 0 (else the likelihood is a step the grid cannot integrate) and v0 > 0")
+    w = np.linspace(m0 - half_width * np.sqrt(v0), m0 + half_width * np.sqrt(v0), n_grid)
+    log_post = -(w - m0) ** 2 / (2 * v0)
+    means, variances = [], []
+    for n in range(len(c) + 1):
+        if n:
+            log_post = log_post + special.log_ndtr(y[n - 1] * (offset[n - 1] + c[n - 1] * w)
+                                                   / np.sqrt(noise_var[n - 1]))
+        p = np.exp(log_post - log_post.max())
+        p /= p.sum()
+        mean = np.sum(p * w)
+        means.append(mean)
+        variances.append(np.sum(p * (w - mean) ** 2))
+    return {"mean": np.array(means), "var": np.array(variances), "w": w, "density": p / (w[1] - w[0])}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Sliders for a live kernel (notebooks 01, 02, 06), each beside a static figure of a few of its values
+# ----------------------------------------------------------------------------------------------------------
+
+def _figure_output(fig) -> dict:
+    """A matplotlib figure as one display_data output (PNG), the form an ipywidgets Output widget holds; the
+    figure is closed, so that the inline backend does not show it a second time in the cell's outputs."""
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"image/png": base64.b64encode(buffer.getvalue()).decode("ascii"), "text/plain": repr(fig)}}
+
+
+def slider_widget(draw, start: dict | None = None, **options):
+    """One ipywidgets SelectionSlider per keyword (name=list of values) above an Output widget holding the
+    figure draw(**values) returns, redrawn when a slider is released. The figure is written into the Output
+    widget's state, never printed by the cell, so a run without a front end (nbval, nbconvert) sees no figure
+    output and two runs record the same cell output. `start` gives initial values (default: each list's first)."""
+    import ipywidgets
+
+    if not options:
+        raise ValueError("slider_widget needs at least one name=[values] keyword, e.g. alpha=[0.5, 1, 2]")
+    start = start or {}
+    if set(start) - set(options):
+        raise ValueError(f"start names {sorted(set(start) - set(options))}, which have no slider; the sliders "
+                         f"are {sorted(options)}")
+    sliders = {name: ipywidgets.SelectionSlider(options=list(values), value=start.get(name, list(values)[0]),
+                                                description=name, continuous_update=False)
+               for name, values in options.items()}
+    out = ipywidgets.Output()
+
+    def redraw(_change=None):
+        out.outputs = (_figure_output(draw(**{name: s.value for name, s in sliders.items()})),)
+
+    for s in sliders.values():
+        s.observe(redraw, names="value")
+    redraw()
+    return ipywidgets.VBox([*sliders.values(), out])
+
+
+def show_slider(draw, description: str, start: dict | None = None, **options) -> None:
+    """Display slider_widget(draw, start, **options). Its plain-text form, what nbval compares and what a viewer
+    without widgets (the book, a static render) shows, is `description` instead of the widget's repr; the
+    widget's own model id, which changes on every run, is in the widget-view output that nbval skips."""
+    from IPython.display import display
+
+    bundle = slider_widget(draw, start, **options)._repr_mimebundle_()
+    bundle["text/plain"] = description
+    display(bundle, raw=True)

@@ -6,6 +6,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from scipy import special
 
 import ebp_analysis as analysis
 import ebp_lib as ebp
@@ -128,3 +129,81 @@ def test_sampled_mean_outside_rate_matches_simulation_and_the_gaussian_limit():
     assert exact[-1] == pytest.approx(1 - np.exp(-0.25) * 1.25, rel=0.01)
     with pytest.raises(ValueError, match="means in"):
         analysis.sampled_mean_outside_rate(np.array([1.5]), n)
+
+
+# ----- probabilistic backpropagation's update (assumed density filtering) against exact answers -----
+
+def test_adf_update_is_the_conjugate_update_for_a_gaussian_observation():
+    """For y = c W + ε, ε ~ N(0, s²), ln Z = ln N(y | c m, s² + c² v) and ADF is exact: after every observation
+    1/v = 1/v0 + Σ c²/s² and m = v (m0/v0 + Σ c y/s²), the conjugate (Kalman) update computed by hand here."""
+    rng = np.random.default_rng(1)
+    c, y, s2 = rng.normal(0, 1.5, 12), rng.normal(0, 2, 12), 0.7
+    m, v = 0.3, 2.0
+    for n in range(len(c)):
+        big_s, r = s2 + c[n] ** 2 * v, y[n] - c[n] * m
+        d_m, d_v = c[n] * r / big_s, -c[n] ** 2 / (2 * big_s) + c[n] ** 2 * r ** 2 / (2 * big_s ** 2)
+        m, v = analysis.adf_gaussian_update(m, v, d_m, d_v)
+        precision = 1 / 2.0 + np.sum(c[:n + 1] ** 2) / s2
+        assert v == pytest.approx(1 / precision, rel=1e-12)
+        assert m == pytest.approx((0.3 / 2.0 + np.sum(c[:n + 1] * y[:n + 1]) / s2) / precision, rel=1e-10)
+
+
+def test_probit_evidence_derivatives_are_those_of_ln_z():
+    """Central differences of ln Z = ln Φ(y μ/σ), μ = offset + Σ m c, σ² = noise + Σ v c², in every m_i, v_i."""
+    rng = np.random.default_rng(2)
+    m, v, c = rng.normal(0, 1, 4), rng.uniform(0.2, 2, 4), rng.normal(0, 1, 4)
+    log_z = lambda m, v: special.log_ndtr(-(0.4 + m @ c) / np.sqrt(0.3 + v @ c ** 2))   # noqa: E731  (y = −1)
+    d_m, d_v = analysis.probit_evidence_derivatives(m, v, c, -1, offset=0.4, noise_var=0.3)
+    eye, eps = np.eye(4), 1e-6
+    np.testing.assert_allclose(d_m, [(log_z(m + eps * e, v) - log_z(m - eps * e, v)) / (2 * eps) for e in eye],
+                               rtol=1e-6)
+    np.testing.assert_allclose(d_v, [(log_z(m, v + eps * e) - log_z(m, v - eps * e)) / (2 * eps) for e in eye],
+                               rtol=1e-6)
+
+
+def test_one_probit_step_of_adf_is_exact_bayes_and_later_steps_are_not():
+    """One observation: ADF matches the tilted distribution's mean and variance, so PBP's step equals the exact
+    posterior's moments (quadrature); after many informative observations the exact posterior is not Gaussian
+    and ADF's variance differs from it (here by some 25%), and unlike ADF's it need not shrink at every step."""
+    rng = np.random.default_rng(3)
+    c, y = rng.normal(0, 1, 40), rng.choice([-1, 1], 40)
+    offset, noise = rng.normal(0, 0.5, 40), rng.uniform(0.2, 1.0, 40)
+    exact = analysis.exact_one_weight_posterior(c, y, 0.5, 1.0, offset, noise)
+    means, variances = analysis.assumed_density_filter(c[:, None], y, 0.5, 1.0, offset, noise)
+    assert means[1, 0] == pytest.approx(exact["mean"][1], abs=1e-8)
+    assert variances[1, 0] == pytest.approx(exact["var"][1], abs=1e-8)
+    assert 0.02 < abs(variances[-1, 0] / exact["var"][-1] - 1) < 0.5
+    assert np.all(np.diff(variances[:, 0]) < 0)          # an ADF probit step always narrows the factor ...
+    assert np.any(np.diff(exact["var"]) > 0)              # ... while a surprising label can widen the exact one
+
+
+def test_ebp_is_adf_with_the_variance_frozen_at_one():
+    """With update_variance=False and v = 1, the step of every weight mean of a unit without hidden layers (and
+    of its bias, an input 1 with variance 1) is EBP's: ebp.increments and the bias change of ebp.update."""
+    rng = np.random.default_rng(4)
+    net = ebp.init_network([3], "real", seed=0, input_side=3, init_scale=3.0)     # 9 inputs, N = 10
+    net.layers[0].b[:] = rng.normal(0, 1, 3)
+    h0, b0 = net.layers[0].h.copy(), net.layers[0].b.copy()
+    x, y = rng.normal(0, 1, (1, 9)), np.array([[-1.0, 1.0, -1.0]])
+    f = ebp.forward(net, x)
+    deltas = ebp.backward(net, f, y)
+    increment = ebp.increments(net, f, deltas)[0]
+    ebp.update(net, f, deltas)
+    c = np.append(x[0], 1.0)[None, :] / np.sqrt(10.0)
+    for k in range(3):
+        means, variances = analysis.assumed_density_filter(c, y[:, k], np.append(h0[k], b0[k]), 1.0,
+                                                           update_variance=False)
+        np.testing.assert_allclose(means[1, :9] - means[0, :9], increment[k], rtol=1e-10, atol=1e-14)
+        assert means[1, 9] - means[0, 9] == pytest.approx(net.layers[0].b[k] - b0[k], rel=1e-10)
+        assert np.all(variances == 1.0)
+
+
+def test_the_variance_helpers_name_bad_input():
+    with pytest.raises(ValueError, match="label y of ±1"):
+        analysis.probit_evidence_derivatives([0.0], [1.0], [1.0], 0)
+    with pytest.raises(ValueError, match="one label, offset and noise variance per row"):
+        analysis.assumed_density_filter(np.ones((3, 1)), [1, -1], 0.0, 1.0)
+    with pytest.raises(ValueError, match="noise_var > 0"):
+        analysis.exact_one_weight_posterior([1.0], [1], 0.0, 1.0, [0.0], [0.0])
+    with pytest.raises(ValueError, match="non-positive"):
+        analysis.adf_gaussian_update(0.0, 1.0, 2.0, 0.0)
