@@ -60,7 +60,7 @@ def _committed_files(runs_dir, names=(RESULT_FILE, EXECUTED_FILE, VERIFICATION_F
 
 
 # Each method's consistency check of its run records (records.record_problems): EBP runs, the backprop baseline.
-RECORD_PROBLEMS = {"ebp": ebp_record_problems, "backprop": backprop.record_problems}
+RECORD_PROBLEMS = {"ebp": ebp_record_problems, "backprop": backprop.backprop_record_problems}
 
 
 def record_problems(record: dict) -> list[str]:
