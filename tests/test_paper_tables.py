@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from fake_runs import ROOT, TINY, fake_result, load_script
+from fake_runs import ROOT, TINY, fake_notebook, fake_result, load_script
 
 import ebp_lib
 from reproduction import folder, parameters, runner
@@ -200,9 +200,11 @@ def test_a_run_of_one_data_set_is_never_a_finished_run_of_the_other(rows, tmp_pa
                          dataset="fashion-mnist")
     Path(fashion["output_dir"]).mkdir(parents=True)
     (Path(fashion["output_dir"]) / folder.RESULT_FILE).write_text(json.dumps(result))
+    (Path(fashion["output_dir"]) / folder.EXECUTED_FILE).write_text(json.dumps(fake_notebook(result)))  # its evidence
     assert folder.job_state(fashion).state == "finished" and folder.job_state(mnist).state == "new"
     Path(mnist["output_dir"]).mkdir(parents=True)
     (Path(mnist["output_dir"]) / folder.RESULT_FILE).write_text(json.dumps(result))
+    (Path(mnist["output_dir"]) / folder.EXECUTED_FILE).write_text(json.dumps(fake_notebook(result)))
     assert folder.job_state(mnist).state == "stale"
     (Path(mnist["output_dir"]) / folder.RESULT_FILE).unlink()
     _fake_checkpoint(mnist, "fashion-mnist")
@@ -222,6 +224,7 @@ def test_a_result_of_the_first_format_is_a_finished_run_of_the_default_reading(r
                                                       if k != "mask_reading"}
     Path(job["output_dir"]).mkdir(parents=True)
     (Path(job["output_dir"]) / folder.RESULT_FILE).write_text(json.dumps(result))
+    (Path(job["output_dir"]) / folder.EXECUTED_FILE).write_text(json.dumps(fake_notebook(result)))  # its evidence
     assert folder.job_state(job).state == "finished"
     held = make_jobs(select_rows(rows, run_ids=["binary-block13"]), TINY, runs_dir=tmp_path, mask_reading="held")[0]
     assert folder.job_state(held).state == "new"  # its own folder
