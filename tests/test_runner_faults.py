@@ -700,7 +700,7 @@ def test_parameters_starting_with_an_underscore_are_refused():
     modules = {"folder": reproduction.folder}
     namespace = {**modules, "_": None, "__": None, "_i": "", "_ii": "", "_i7": "", "_7": 1, "_oh": {}, "_dh": [],
                  **DEFAULT_PARAMETERS, "_epochs": 3}
-    given = given_parameters(namespace, set(modules))
+    given = given_parameters(namespace, modules)
     assert given == {**DEFAULT_PARAMETERS, "_epochs": 3}
     with pytest.raises(ParameterError, match="_epochs: unknown parameter"):
         validate_parameters(given)
