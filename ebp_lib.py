@@ -17,6 +17,7 @@ notebooks' helpers for trained networks (learning curves, calibration, receptive
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -35,6 +36,7 @@ DROPOUT_KINDS = (None, "analytic", "sampled")
 # exist: N counts the connected inputs) or "held" (the paper's full matrix with those elements kept at h = 0:
 # mean 0 but variance 1, so they add to σ², and N counts every input).
 MASK_READINGS = ("absent", "held")
+DEFAULT_MASK_READING = "absent"
 # The update as the spec writes it ("spec", the default), or as one of the authors' codes computed it. Real weights
 # (docs/maths.md §The authors' real-weight code): Real_EBP_minibatch.m with its two differences together
 # ("authors") or one at a time. Binary weights (docs/maths.md §The authors' binary code of 2015):
@@ -45,6 +47,7 @@ MASK_READINGS = ("absent", "held")
 UPDATES = {"spec": (None, False, False, False), "authors": ("real", True, True, False),
            "authors-delta": ("real", True, False, False), "authors-variance": ("real", False, True, False),
            "authors-2015": ("binary", False, False, True)}
+DEFAULT_UPDATE = "spec"
 
 
 def update_applies(update: str, weights: str) -> bool:
@@ -91,8 +94,8 @@ class Network:
     input_side: int = 28
     dropout: str | None = None
     keep: float = 0.8
-    mask_reading: str = "absent"
-    real_update: str = "spec"
+    mask_reading: str = DEFAULT_MASK_READING
+    real_update: str = DEFAULT_UPDATE
 
     @property
     def sizes(self) -> list[int]:
@@ -163,7 +166,8 @@ def check_architecture(architecture, input_side: int = 28) -> list[int]:
 
 def init_network(architecture, weights: str = "binary", seed: int = 0, input_side: int = 28,
                  init_scale: float = 1.0, dropout: str | None = None, keep: float = 0.8,
-                 dtype=np.float64, mask_reading: str = "absent", real_update: str = "spec") -> Network:
+                 dtype=np.float64, mask_reading: str = DEFAULT_MASK_READING,
+                 real_update: str = DEFAULT_UPDATE) -> Network:
     """A new network: h ~ Uniform with variance init_scale/K per unit (K: the connected inputs), b = 0
     (docs/maths.md §Posterior parametrisation). Masked-out weights are exactly 0 and stay 0; `mask_reading`
     says whether they are absent or held at h = 0 (MASK_READINGS); `real_update` which update trains it: the
@@ -199,17 +203,23 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
                    input_side, dropout, keep, mask_reading, real_update)
 
 
+# The paper's architecture names: hidden layer sizes joined by "-" ("800", "800-800"), "block<k>" (one locally
+# connected layer of k×k blocks) or "361-100" (two of 10×10 blocks); digits are ASCII, with no spaces or "_", so
+# that a name is recorded and compared exactly as the tables write it.
+ARCHITECTURE_NAME = re.compile(r"(?:block[0-9]+|[0-9]+(?:-[0-9]+)*)", re.ASCII)
+
+
 def paper_architecture(name: str, n_classes: int = 10) -> list:
     """The paper's architectures by name: "800", "800-800" (1D input), "block13" (spatial, one hidden
     layer of (28-13+1)² units), "361-100" (spatial: 10×10 blocks twice)."""
+    if not ARCHITECTURE_NAME.fullmatch(name):
+        raise ValueError(f"unknown architecture {name!r}; use e.g. '800', '800-800', 'block13' or '361-100' (ASCII "
+                         f"digits, no spaces)")
     if name.startswith("block"):
         return [("local", int(name[5:])), n_classes]
     if name == "361-100":
         return [("local", 10), ("local", 10), n_classes]
-    try:
-        return [int(v) for v in name.split("-")] + [n_classes]
-    except ValueError:
-        raise ValueError(f"unknown architecture {name!r}; use e.g. '800', '800-800', 'block13' or '361-100'") from None
+    return [int(v) for v in name.split("-")] + [n_classes]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -498,9 +508,9 @@ def network_config(net: Network) -> dict:
     """What a saved network records of its configuration (load_network rebuilds the network from it)."""
     config = {"architecture": net.architecture, "weights": net.weights, "input_side": net.input_side,
               "dropout": net.dropout, "keep": net.keep, "dtype": str(net.layers[0].h.dtype)}
-    if net.mask_reading != "absent":  # only then: checkpoints of "absent" networks record no mask_reading and
+    if net.mask_reading != DEFAULT_MASK_READING:  # only then: checkpoints of "absent" networks record no mask_reading and
         config["mask_reading"] = net.mask_reading  # must still compare equal to the configuration of their runs
-    if net.real_update != "spec":  # likewise: only a variant update is recorded
+    if net.real_update != DEFAULT_UPDATE:  # likewise: only a variant update is recorded
         config["real_update"] = net.real_update
     return config
 
@@ -554,8 +564,8 @@ def load_network(path) -> tuple[Network, dict]:
         net = init_network([tuple(s) if isinstance(s, list) else s for s in config["architecture"]],
                            config["weights"], 0, config["input_side"], dropout=config["dropout"],
                            keep=config["keep"], dtype=np.dtype(config["dtype"]),
-                           mask_reading=config.get("mask_reading", "absent"),
-                           real_update=config.get("real_update", "spec"))
+                           mask_reading=config.get("mask_reading", DEFAULT_MASK_READING),
+                           real_update=config.get("real_update", DEFAULT_UPDATE))
         for k, layer in enumerate(net.layers):
             h, b = arrays[f"h{k}"], arrays[f"b{k}"]
             if not (np.isfinite(h).all() and np.isfinite(b).all()):

@@ -40,12 +40,11 @@ import ebp_checkpoint
 import ebp_data
 from reproduction import backprop_mlp as mlp
 from reproduction import records
+from reproduction.folder import CHECKPOINT_FILE, RESULT_FILE, differences, move_aside, read_result
 from reproduction.records import code_state
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "backprop"
-RESULT_FILE = "result.json"
-CHECKPOINT_FILE = "checkpoint.npz"
 DATASETS = ("mnist", "fashion-mnist")
 FULL_TRAIN = 60000           # MNIST and Fashion-MNIST both have 60,000 training images
 TRAIN_ERROR_IMAGES = 10000   # training error on the first 10,000 fit images, as EBP's runs record it
@@ -255,10 +254,6 @@ def schedule_step(state: dict, validation_error: float, params: dict) -> bool:
 # Checkpoint: arrays and JSON text in one .npz, read without pickle and checked against the run
 # ----------------------------------------------------------------------------------------------------------
 
-class CheckpointError(ebp_checkpoint.CheckpointError):
-    """A checkpoint that cannot be read or does not belong to the run asking for it."""
-
-
 def save_checkpoint(path: Path, weights: dict, velocity: dict, state: dict) -> None:
     """Weights, velocities and the schedule's state (its JSON metadata, history included) in one .npz, atomically
     (ebp_checkpoint.write_checkpoint, the EBP checkpoints' format)."""
@@ -269,37 +264,26 @@ def save_checkpoint(path: Path, weights: dict, velocity: dict, state: dict) -> N
 def load_checkpoint(path: Path, params: dict) -> tuple[dict, dict, dict]:
     """(weights, velocity, schedule state) of `path`, checked against the run's parameters: names, shapes and
     dtypes of every array from their headers before any is read (ebp_checkpoint.open_checkpoint: a header that
-    declares a huge array allocates nothing), then finiteness. Raises CheckpointError naming the file and the
-    fault."""
+    declares a huge array allocates nothing), then finiteness. Raises ebp_checkpoint.CheckpointError, the error of
+    every checkpoint of the project, naming the file and the fault."""
     expected, _ = initial_state(params)
-    try:
-        with ebp_checkpoint.open_checkpoint(path) as (state, npz, headers):
-            if not isinstance(state, dict) or state.get("parameters") != params:
-                raise CheckpointError(f"{path}: checkpoint of another run (its parameters differ from this run's)")
-            for group in ("weights", "velocity"):
-                for name, ref in expected.items():
-                    shape, dtype, _ = headers.get(f"{group}/{name}", (None, None, None))
-                    if shape != ref.shape or dtype != ref.dtype:
-                        raise CheckpointError(f"{path}: {group}/{name} is missing or has the wrong shape or dtype "
-                                              f"({dtype}{list(shape or [])}; expected {ref.dtype}{list(ref.shape)})")
-            groups = {g: {k: npz[f"{g}/{k}"] for k in expected} for g in ("weights", "velocity")}
-    except CheckpointError:
-        raise
-    except ebp_checkpoint.CheckpointError as err:
-        raise CheckpointError(f"{path}: unreadable checkpoint ({err})") from err
+    with ebp_checkpoint.open_checkpoint(path) as (state, npz, headers):
+        if not isinstance(state, dict) or state.get("parameters") != params:
+            raise ebp_checkpoint.CheckpointError(f"{path}: checkpoint of another run (its parameters differ from "
+                                                 f"this run's)")
+        for group in ("weights", "velocity"):
+            for name, ref in expected.items():
+                shape, dtype, _ = headers.get(f"{group}/{name}", (None, None, None))
+                if shape != ref.shape or dtype != ref.dtype:
+                    raise ebp_checkpoint.CheckpointError(
+                        f"{path}: {group}/{name} is missing or has the wrong shape or dtype "
+                        f"({dtype}{list(shape or [])}; expected {ref.dtype}{list(ref.shape)})")
+        groups = {g: {k: npz[f"{g}/{k}"] for k in expected} for g in ("weights", "velocity")}
     for group, arrays in groups.items():
         for name, a in arrays.items():
             if not np.isfinite(a).all():
-                raise CheckpointError(f"{path}: {group}/{name} holds non-finite values")
+                raise ebp_checkpoint.CheckpointError(f"{path}: {group}/{name} holds non-finite values")
     return groups["weights"], groups["velocity"], state
-
-
-def set_aside(path: Path) -> Path:
-    """Move a bad file to <name>.corrupt-<UTC time> beside it (never delete what might be evidence)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    path.rename(target)
-    return target
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -309,20 +293,7 @@ def set_aside(path: Path) -> Path:
 PACKAGES = ("numpy", "threadpoolctl")
 
 
-def read_result(folder) -> dict | None:
-    """The run record in `folder` (records.read_record), or None if there is none or it is unreadable."""
-    try:
-        return records.read_record(Path(folder) / RESULT_FILE)
-    except (FileNotFoundError, records.RecordError):
-        return None
-
-
-def differences(a: dict, b: dict) -> str:
-    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-    return ", ".join(f"{k}: {a.get(k)!r} there, {b.get(k)!r} asked" for k in keys)
-
-
-def record_problems(data: dict) -> list[str]:
+def backprop_record_problems(data: dict) -> list[str]:
     """Whatever disagrees within a backprop run record (records.record_problems): parameters that make_parameters
     would not give, a protocol, description or image counts they do not give, final errors that are not those of
     the best-validation epoch, a finished run past its max_epochs."""
@@ -374,9 +345,10 @@ def open_run(folder: Path, params: dict) -> dict:
     previous = read_result(folder)
     if previous is None and (folder / RESULT_FILE).exists():
         raise ValueError(f"{folder / RESULT_FILE} is unreadable; move it aside to rerun this run")
-    if previous is not None and previous.get("parameters") != params:
+    saved = (previous or {}).get("parameters") or {}
+    if previous is not None and saved != params:
         raise ValueError(f"{folder} holds a run with other parameters "
-                         f"({differences(previous.get('parameters') or {}, params)}); move that folder away or run "
+                         f"({differences(saved, params, sorted({*saved, *params}))}); move that folder away or run "
                          f"with the same parameters to resume it")
     return previous
 
@@ -404,7 +376,7 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
         current = {**session, "wall_seconds": round(time.time() - started, 2), "to_epoch": len(history)}
         record = make_record(params, grid, history, state, finished, sessions + [current])
         folder.mkdir(parents=True, exist_ok=True)
-        records.write_record(folder / RESULT_FILE, record, record_problems)
+        records.write_record(folder / RESULT_FILE, record, backprop_record_problems)
         return record
 
     label = f"{params['dataset']} {params['config']} seed {params['seed']}"
@@ -432,8 +404,8 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
     if path.exists():
         try:
             weights, velocity, state = load_checkpoint(path, params)
-        except CheckpointError as err:
-            echo(f"{err}; moved aside to {set_aside(path).name}, training restarts from epoch 0")
+        except ebp_checkpoint.CheckpointError as err:
+            echo(f"{err}; moved aside to {move_aside(path).name}, training restarts from epoch 0")
     session["from_epoch"] = state["epoch"]
     n_eval = min(len(data["x_fit"]), TRAIN_ERROR_IMAGES)
     stop_at = None if stop_after_epochs is None else state["epoch"] + stop_after_epochs

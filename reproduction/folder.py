@@ -33,6 +33,7 @@ from reproduction.parameters import (
     RUN_CONFIG_KEYS,
     RUN_OPTIONS,
     ParameterError,
+    RunConfig,
     architecture_layers,
     check_dataset,
     protocol_relative_to_paper,
@@ -87,14 +88,15 @@ def split_results_folder(name: str) -> tuple[str, str]:
     return name, "mnist"
 
 
-def run_key(run_id: str, dropout: str | None = None, seed: int = 0, mask_reading: str = "absent",
-            real_update: str = "spec") -> str:
+def run_key(run_id: str, dropout: str | None = None, seed: int = 0,
+            mask_reading: str = ebp_lib.DEFAULT_MASK_READING, real_update: str = ebp_lib.DEFAULT_UPDATE) -> str:
     """The folder name of a run: its run id, plus the dropout reading (`dropout`) for dropout runs, plus -held
     for spatial runs with the held mask reading, plus the real-weight update where it is not the spec's (e.g.
     -authors), plus -seed<N> for seeds other than 0 (the defaults add nothing: the committed runs of seed 0, the
     absent reading and the spec's update lie in folders named so)."""
-    return (run_id + (f"-{dropout}" if dropout else "") + ("-held" if mask_reading == "held" else "")
-            + (f"-{real_update}" if real_update != "spec" else "") + (f"-seed{seed}" if seed else ""))
+    return (run_id + (f"-{dropout}" if dropout else "")
+            + (f"-{mask_reading}" if mask_reading != ebp_lib.DEFAULT_MASK_READING else "")
+            + (f"-{real_update}" if real_update != ebp_lib.DEFAULT_UPDATE else "") + (f"-seed{seed}" if seed else ""))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -190,8 +192,8 @@ class EpochRecorder:
     """The on_epoch callback of ebp_train.fit: prints a progress line and rewrites result.json after every epoch
     (finished: false), so the runner can show progress and an interrupted run still has its learning curve."""
 
-    def __init__(self, output_dir, params: dict, checkpoint, engine: str | None = None, echo=print):
-        self.path, self.params, self.echo = Path(output_dir), params, echo
+    def __init__(self, output_dir, config: RunConfig, checkpoint, engine: str | None = None, echo=print):
+        self.path, self.params, self.echo = Path(output_dir), config.parameters(), echo
         self.engine = engine or ebp_train.DEFAULT_ENGINE
         self.history = ebp_checkpoint.read_network_meta(checkpoint)["history"] if Path(checkpoint).exists() else []
         self.start_epoch, self.started = len(self.history), time.time()
@@ -199,7 +201,7 @@ class EpochRecorder:
         self.sessions = list(previous["sessions"]) if previous else []
         # A run of the paper's protocol, or a longer one, is quoted: refuse (DirtyTreeError) to start it from code
         # that differs from its commit, unless $EBP_ALLOW_DIRTY is 1; the session then lists the changed files.
-        allow = protocol_relative_to_paper(params) == "shortened" or os.environ.get(ALLOW_DIRTY_VAR) == "1"
+        allow = protocol_relative_to_paper(self.params) == "shortened" or os.environ.get(ALLOW_DIRTY_VAR) == "1"
         code = {k: v for k, v in code_state(allow).items() if k != "allowed_dirty"}
         self.session = {"started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                         "host": socket.gethostname(), "cpu": cpu_model(), "from_epoch": self.start_epoch,
@@ -272,8 +274,8 @@ def checkpoint_settings(meta: dict) -> dict:
     network saved by other means has none)."""
     network = meta["config"]
     settings = {"layers": network["architecture"], "weights": network["weights"], "dropout": network["dropout"],
-                "keep": network["keep"], "mask_reading": network.get("mask_reading", "absent"),
-                "real_update": network.get("real_update", "spec")}
+                "keep": network["keep"], "mask_reading": network.get("mask_reading", ebp_lib.DEFAULT_MASK_READING),
+                "real_update": network.get("real_update", ebp_lib.DEFAULT_UPDATE)}
     run = meta.get("run", {})
     settings.update({k: v for k, v in run.items() if k in RUN_CONFIG_KEYS or k in ("seed", "batch_size")})
     return settings
@@ -396,19 +398,20 @@ class FinishedRunError(RuntimeError):
     (there is nothing to do)."""
 
 
-def differences(saved: dict, wanted: dict) -> str:
-    """'epochs: 120 there, 1 here; n_train: None there, 1000 here' for the parameters (output folder aside) in
-    which a folder's run `saved` and the one asked for, `wanted`, differ."""
-    return "; ".join(f"{k}: {saved.get(k)!r} there, {wanted.get(k)!r} here" for k in DEFAULT_PARAMETERS
+def differences(saved: dict, wanted: dict, names=tuple(DEFAULT_PARAMETERS)) -> str:
+    """'epochs: 120 there, 1 here; n_train: None there, 1000 here' for the parameters `names` (an experiment's,
+    by default; the output folder aside) in which a folder's run `saved` and the one asked for, `wanted`, differ."""
+    return "; ".join(f"{k}: {saved.get(k)!r} there, {wanted.get(k)!r} here" for k in names
                      if k != "output_dir" and saved.get(k) != wanted.get(k))
 
 
-def finished_run(out, result: dict | None, params: dict) -> tuple[str, str] | None:
-    """What a folder `out` holding the run record `result` means for a run of `params`: None if it holds no
+def finished_run(out, result: dict | None, config: RunConfig) -> tuple[str, str] | None:
+    """What a folder `out` holding the run record `result` means for a run of `config`: None if it holds no
     finished run; ('finished', why) if a finished run of these parameters (nothing to do); ('stale', why) if a
     finished run of other parameters, which training would replace (refused, naming the differing parameters)."""
     if result is None or not result["finished"]:
         return None
+    params = config.parameters()
     if same_configuration(result["parameters"], params):
         final = result["final"]
         return "finished", (f"{out} already holds this run, finished after {result['epochs_done']} epochs (EBP-P "
@@ -418,8 +421,8 @@ def finished_run(out, result: dict | None, params: dict) -> tuple[str, str] | No
                      f"); refusing to train over it: choose another output folder, or move that one away")
 
 
-def check_output_dir(out, params: dict) -> None:
-    """Refuse, before any work, to train `params` into folder `out` when it holds a finished run (finished_run):
+def check_output_dir(out, config: RunConfig) -> None:
+    """Refuse, before any work, to train `config` into folder `out` when it holds a finished run (finished_run):
     FinishedRunError naming the folder and the parameters that differ, or saying there is nothing to do. An
     unreadable result.json is refused too (RecordError naming it). When the finished run's executed notebook no
     longer vouches for it (papermill writes its output notebook before the first cell runs, so a call writing
@@ -429,7 +432,7 @@ def check_output_dir(out, params: dict) -> None:
         result = read_record(Path(out) / RESULT_FILE)
     except FileNotFoundError:
         return
-    verdict = finished_run(out, result, params)
+    verdict = finished_run(out, result, config)
     if verdict is None:
         return
     kind, problems = evidence_problems(result, read_bytes(Path(out) / RESULT_FILE),
@@ -560,7 +563,8 @@ def job_state(job: dict) -> RunState:
         problems += own
         files |= {result_path} if own else set()
     if meta is not None:
-        mine = parameter_problems(checkpoint_settings(meta), job["parameters"], "these parameters", CHECKPOINT_FILE)
+        mine = parameter_problems(checkpoint_settings(meta), job["config"].parameters(), "these parameters",
+                                  CHECKPOINT_FILE)
         if result is not None and not problems:  # a record at odds with itself is compared no further
             mine += checkpoint_problems(result, meta, RESULT_FILE, CHECKPOINT_FILE)
         problems += mine
@@ -574,7 +578,7 @@ def job_state(job: dict) -> RunState:
         files |= {result_path, executed} if theirs else set()
     if problems:
         return RunState("inconsistent", 0, problems, sorted(files, key=[result_path, checkpoint, executed].index))
-    verdict = finished_run(out, result, job["parameters"])
+    verdict = finished_run(out, result, job["config"])
     if verdict is not None:
         state, why = verdict
         return RunState(state, result["epochs_done"], [] if state == "finished" else [why],

@@ -29,11 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ebp_checkpoint
-import ebp_data
-import ebp_lib
 import ebp_train
 from reproduction.folder import CHECKPOINT_FILE, EpochRecorder, RunBusyError, UnsafeLockError, open_output_dir
-from reproduction.parameters import ParameterError, architecture_layers, run_config, validate_parameters
 from reproduction.records import describe_error
 from reproduction.runner import job_environment, prepare_locked, run_job
 
@@ -44,7 +41,7 @@ N_TRAIN_EVAL = 10000  # training images evaluated after each epoch: fit's defaul
 def group_key(job: dict) -> str:
     """What the runs of one group share: every parameter but the seed and the output folder, the engine (a job
     of another engine is never grouped: a group of its own), the notebook and the environment."""
-    shared = {k: v for k, v in job["parameters"].items() if k not in ("seed", "output_dir")}
+    shared = {k: v for k, v in job["config"].parameters().items() if k not in ("seed", "output_dir")}
     engine = job.get("engine")
     return json.dumps([shared, engine, job["notebook"], job.get("env", {}),
                        None if engine in GROUPED_ENGINES else job["key"]], sort_keys=True)
@@ -74,9 +71,8 @@ def _take(job: dict, left: dict) -> _Run | None:
     """Lock the run's folder and prepare it as run_job does (runner.prepare_locked); the run, holding its lock, if
     it is new or partial, else None with the reason in `left` (its notebook will skip or report it)."""
     try:
-        validate_parameters(job["parameters"])
         _, lock = open_output_dir(job["output_dir"])
-    except (ParameterError, RunBusyError, UnsafeLockError, OSError) as err:
+    except (RunBusyError, UnsafeLockError, OSError) as err:
         left[job["key"]] = describe_error(err)
         return None
     try:
@@ -93,24 +89,20 @@ def _take(job: dict, left: dict) -> _Run | None:
 
 
 def _start(run: _Run, left: dict) -> bool:
-    """The run's network, history and generator, new or from its checkpoint, as the notebook starts it (the same
-    network, ebp_train.start_run); False, its lock released and the reason in `left`, if its checkpoint is refused
-    (another engine or run, unreadable): its notebook reports that."""
-    params, out = run.job["parameters"], Path(run.job["output_dir"])
-    # the notebook's network: every parameter of init_network the run's parameters hold (a later one such as the
-    # real-weight update is passed on where the parameters have it)
-    extra = {name: params[name] for name in ("real_update",) if name in params}
-    net = ebp_lib.init_network(architecture_layers(params["architecture"]), params["weights"], params["seed"],
-                               init_scale=params["init_scale"], dropout=params["dropout"], keep=params["keep"],
-                               mask_reading=params["mask_reading"], **extra)
+    """The run's network, history and generator, new or from its checkpoint, as the notebook starts it (its
+    RunConfig's network and checkpoint configuration, through ebp_train.start_run, which the notebook's fit calls);
+    False, its lock released and the reason in `left`, if its checkpoint is refused (another engine or run,
+    unreadable): its notebook reports that."""
+    config, out = run.job["config"], Path(run.job["output_dir"])
     try:
         run.net, run.history, run.rng, run.run = ebp_train.start_run(
-            net, params["seed"], params["batch_size"], "jax", run_config(params), out / CHECKPOINT_FILE)
+            config.network(), config.seed, config.batch_size, "jax", config.checkpoint_config(),
+            out / CHECKPOINT_FILE)
     except (ebp_checkpoint.CheckpointError, ebp_checkpoint.CheckpointMismatchError) as err:
         run.lock.close()
         left[run.job["key"]] = describe_error(err)
         return False
-    run.recorder = EpochRecorder(out, params, out / CHECKPOINT_FILE, engine="jax", echo=lambda *_: None)
+    run.recorder = EpochRecorder(out, config, out / CHECKPOINT_FILE, engine="jax", echo=lambda *_: None)
     return True
 
 
@@ -125,10 +117,9 @@ def train_together(jobs: list[dict]) -> dict[str, str]:
     try:
         if not runs:
             return left
-        params = runs[0].job["parameters"]
+        config = runs[0].job["config"]  # the group's runs differ in their seed only (group_key)
         try:
-            data = ebp_data.load_dataset(params["dataset"], params["preprocessing"], params["std_floor"],
-                                         params["n_train"])
+            data = config.load_data()
         except Exception as err:  # its notebooks load the data again and report what fails
             for run in runs:
                 left[run.job["key"]] = f"the group could not load its data ({describe_error(err)})"
@@ -137,7 +128,7 @@ def train_together(jobs: list[dict]) -> dict[str, str]:
         for run in runs:  # the session's record in result.json names the runs it trained beside
             run.recorder.session["group"] = [other.job["key"] for other in runs]
         while True:
-            todo = [run for run in runs if len(run.history) < params["epochs"]]
+            todo = [run for run in runs if len(run.history) < config.epochs]
             if not todo:
                 return left
             epoch = min(len(run.history) for run in todo)
@@ -164,7 +155,7 @@ def _group_epoch(group: list[_Run], data, epoch: int) -> list:
     import ebp_jax  # JAX is imported only where a group trains
 
     return ebp_jax.group_epoch([run.net for run in group], data.x_train, data.y_train,
-                               group[0].job["parameters"]["batch_size"], [run.rng for run in group], epoch)
+                               group[0].job["config"].batch_size, [run.rng for run in group], epoch)
 
 
 def run_group(jobs: list[dict]) -> list[dict]:

@@ -13,18 +13,17 @@ import os
 from pathlib import Path
 
 import ebp_data
-from ebp_lib import update_applies
+from ebp_lib import DEFAULT_MASK_READING, DEFAULT_UPDATE, update_applies
 from reproduction.folder import RUNS_DIR, results_folder, run_key
 from reproduction.parameters import (
     DROPOUT_READINGS,
-    MASK_READINGS,
     NOTEBOOK,
     PROFILES,
     UPDATES,
     WEIGHTS,
+    RunConfig,
     check_dataset,
     validate_engine,
-    validate_parameters,
 )
 
 TABLES_CSV = Path(__file__).with_name("paper_tables.csv")
@@ -113,9 +112,7 @@ def dataset_rows(rows: list[dict], dataset: str) -> list[dict]:
 
 def check_mask_reading(rows: list[dict], mask_reading: str) -> None:
     """The held mask reading exists for Table 4 only (the other tables' networks have no masks): ValueError,
-    saying what to select, if `rows` hold cells of other tables."""
-    if mask_reading not in MASK_READINGS:
-        raise ValueError(f"unknown mask reading {mask_reading!r}; choose one of {', '.join(MASK_READINGS)}")
+    saying what to select, if `rows` hold cells of other tables. The value itself is checked by RunConfig."""
     others = sorted({r["table"] for r in rows} - {4})
     if mask_reading == "held" and others:
         raise ValueError(f"the held mask reading applies to Table 4 (spatial filtering) only, but the selection "
@@ -125,9 +122,9 @@ def check_mask_reading(rows: list[dict], mask_reading: str) -> None:
 
 def check_real_update(rows: list[dict], real_update: str) -> None:
     """Each of the authors' updates (UPDATES other than "spec") exists for one weight type: ValueError, saying
-    what to select, if `rows` hold cells of the other."""
+    what to select, if `rows` hold cells of the other. The value itself is checked by RunConfig."""
     if real_update not in UPDATES:
-        raise ValueError(f"unknown update {real_update!r}; choose one of {', '.join(UPDATES)}")
+        return
     other = sorted({r["weights"] for r in rows if not update_applies(real_update, r["weights"])})
     if other:
         weights = UPDATES[real_update][0]
@@ -136,8 +133,8 @@ def check_real_update(rows: list[dict], real_update: str) -> None:
 
 
 def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs_dir=RUNS_DIR,
-              seeds=(0,), data_dir=None, mask_reading: str = "absent", dataset: str | None = None,
-              real_update: str = "spec", engine: str | None = None) -> list[dict]:
+              seeds=(0,), data_dir=None, mask_reading: str = DEFAULT_MASK_READING, dataset: str | None = None,
+              real_update: str = DEFAULT_UPDATE, engine: str | None = None) -> list[dict]:
     """One job per run among `rows` and seed (EBP-P and EBP-D rows share a run), in table order, seeds inner.
 
     `profile` is a name in PROFILES or a dict like them (tests use tiny custom ones). The data folder (`data_dir`,
@@ -150,6 +147,9 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
     -authors (or -authors-delta, -authors-variance). `engine` (None: the notebook's default, the fast engine) is
     passed to the notebook as the run option `engine`; the run's folder is the same whichever engine trains it, and
     its result.json names the engine.
+
+    The command line's boundary: each job's RunConfig (its `config`) is built and validated here, once
+    (ParameterError, a ValueError, naming every problem), and carried unchanged to the notebook.
     """
     check_mask_reading(rows, mask_reading)
     check_real_update(rows, real_update)
@@ -165,14 +165,13 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
         for seed in seeds:
             key = run_key(run["run_id"], run["dropout"], seed, mask_reading, real_update)
             out = Path(runs_dir) / results_folder(profile["name"], run["dataset"]) / key
-            params = validate_parameters({
-                "dataset": run["dataset"], "architecture": run["architecture"], "weights": run["weights"],
-                "mask_reading": mask_reading, "real_update": real_update,
-                "dropout": run["dropout"], "keep": run["keep"], "epochs": profile["epochs"],
-                "batch_size": profile["batch_size"], "seed": seed, "n_train": profile["n_train"],
-                "output_dir": os.path.relpath(out, NOTEBOOK.parent)})
+            config = RunConfig(
+                dataset=run["dataset"], architecture=run["architecture"], weights=run["weights"],
+                mask_reading=mask_reading, real_update=real_update, dropout=run["dropout"], keep=run["keep"],
+                epochs=profile["epochs"], batch_size=profile["batch_size"], seed=seed, n_train=profile["n_train"],
+                output_dir=os.path.relpath(out, NOTEBOOK.parent))
             jobs.append({"key": key, "run_id": run["run_id"], "seed": seed, "profile": profile["name"],
                          "dataset": run["dataset"],
-                         "output_dir": str(out.resolve()), "notebook": str(NOTEBOOK), "parameters": params,
+                         "output_dir": str(out.resolve()), "notebook": str(NOTEBOOK), "config": config,
                          "rows": list(run["cells"]), "env": dict(env), **({"engine": engine} if engine else {})})
     return jobs

@@ -1,41 +1,28 @@
 """The parameters of one experiment: their defaults, the profiles, validation, and what a run records of them.
 
 One experiment is one execution of notebooks/experiment.ipynb: train one configuration, write its result. Its
-parameters are the names of DEFAULT_PARAMETERS, which the notebook's `parameters` cell assigns with the same
-values (tests/test_parameters.py holds the two together); papermill overrides them per run. validate_parameters
-checks a whole set at once and names every problem. A profile (PROFILES) is the protocol a batch of runs trains
-with: epochs, training images and batch size.
+configuration is a RunConfig, a frozen dataclass whose fields are the parameters with their defaults (written
+there once; DEFAULT_PARAMETERS is their dict, which the notebook's `parameters` cell assigns with the same values:
+tests/test_parameters.py holds the two together). A RunConfig validates itself when it is built, naming every
+problem at once, so it is built once where parameters come in: the command line (paper_tables.make_jobs), the
+papermill parameters (the experiment notebook) and a run record (folder.ebp_record_problems); everything after
+takes the RunConfig as it is, down to the network (RunConfig.network) and its checkpoint (checkpoint_config). A
+profile (PROFILES) is the protocol a batch of runs trains with: epochs, training images and batch size.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import ebp_lib
 import ebp_train
 from reproduction.records import REPO
 
 NOTEBOOK = REPO / "notebooks" / "experiment.ipynb"  # the experiment: its `parameters` cell assigns the defaults
-
-# Every parameter of one experiment with its default: a cheap run (2 epochs on 2,000 images) for trying the notebook.
-DEFAULT_PARAMETERS = {
-    "dataset": "mnist",
-    "architecture": "200",
-    "weights": "binary",
-    "mask_reading": "absent",
-    "real_update": "spec",
-    "dropout": None,
-    "keep": 0.8,
-    "epochs": 2,
-    "batch_size": 10,
-    "seed": 0,
-    "n_train": 2000,
-    "preprocessing": "pixel",
-    "std_floor": 0.0,
-    "init_scale": 1.0,
-    "output_dir": None,
-}
 
 # quick: a smoke test of every run, 3 epochs on the first 8,000 training images. It must stay cheap (minutes for
 # all 50 runs) yet take every run below NOT_LEARNING: the slowest starters, the [800,800] nets with sampled
@@ -83,14 +70,18 @@ class ParameterError(ValueError):
 IPYTHON_NAMES = re.compile(r"_{1,3}|_i{1,3}|_i?\d+|_ih|_oh|_dh")
 
 
-def given_parameters(namespace: dict, names_before: set) -> dict:
+def given_parameters(namespace: dict, bound_before: dict) -> dict:
     """The experiment's parameters as a notebook's global `namespace` holds them: every known parameter, and
-    every other name bound since `names_before` was taken (before the parameters cell), so that a name papermill
-    injected but the parameters cell does not know (`-p epoch 3`, `-p _epochs 3`) reaches validate_parameters and
-    is refused. Only the names IPython binds itself (IPYTHON_NAMES) and the run options (RUN_OPTIONS, checked by
-    validate_engine) are left out."""
+    every other name bound or rebound since `bound_before` (a copy of the namespace taken before the parameters
+    cell) was taken, so that a name papermill injected but the parameters cell does not know (`-p epoch 3`,
+    `-p _epochs 3`, or `-p json 1` over a name the notebook imported) reaches RunConfig.of and is refused. Only the
+    names IPython binds itself (IPYTHON_NAMES) and the run options (RUN_OPTIONS, checked by validate_engine) are
+    left out."""
+    def rebound(name, value):
+        return name not in bound_before or bound_before[name] is not value
+
     return {name: value for name, value in namespace.items()
-            if name in DEFAULT_PARAMETERS or (name not in names_before and name not in RUN_OPTIONS
+            if name in DEFAULT_PARAMETERS or (rebound(name, value) and name not in RUN_OPTIONS
                                               and not IPYTHON_NAMES.fullmatch(name))}
 
 
@@ -125,14 +116,96 @@ def is_spatial(name) -> bool:
     return any(isinstance(spec, (tuple, list)) for spec in architecture_layers(name))
 
 
-def validate_parameters(params: dict) -> dict:
-    """Check every parameter of one experiment and return them normalised; raise ParameterError listing all
-    problems at once. Unknown names are errors too (a typo must not silently fall back to a default)."""
-    p, problems = dict(params), []
-    for name in sorted(set(p) - set(DEFAULT_PARAMETERS)):
-        problems.append(f"{name}: unknown parameter (known: {', '.join(DEFAULT_PARAMETERS)})")
-    for name in DEFAULT_PARAMETERS:
-        p.setdefault(name, DEFAULT_PARAMETERS[name])
+@dataclass(frozen=True)
+class RunConfig:
+    """The configuration of one experiment, validated when it is built (ParameterError listing every problem) and
+    never changed after: what a run trains (every field but output_dir) and where it writes (output_dir). The
+    defaults are a cheap run (2 epochs on 2,000 images) for trying the notebook; the mask reading's and the update's
+    are the network's own (ebp_lib.DEFAULT_MASK_READING, ebp_lib.DEFAULT_UPDATE). Build one from a mapping of
+    parameters with RunConfig.of (unknown names are refused: a typo must not fall back to a default)."""
+    dataset: str = "mnist"
+    architecture: str = "200"
+    weights: str = "binary"
+    mask_reading: str = ebp_lib.DEFAULT_MASK_READING
+    real_update: str = ebp_lib.DEFAULT_UPDATE
+    dropout: str | None = None
+    keep: float = 0.8
+    epochs: int = 2
+    batch_size: int = 10
+    seed: int = 0
+    n_train: int | None = 2000
+    preprocessing: str = "pixel"
+    std_floor: float = 0.0
+    init_scale: float = 1.0
+    output_dir: str | None = None
+
+    def __post_init__(self):
+        values = dict(self.__dict__)
+        problems = _problems(values)
+        if problems:
+            raise ParameterError("invalid experiment parameters:\n  - " + "\n  - ".join(problems))
+        for name, value in values.items():  # normalised (e.g. papermill's -p architecture 200 gives an int)
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def of(cls, params: Mapping) -> RunConfig:
+        """The RunConfig of a mapping of parameters (missing ones take their default); ParameterError listing
+        every problem, unknown names included."""
+        unknown = sorted(set(params) - set(DEFAULT_PARAMETERS))
+        if unknown:
+            values = {**DEFAULT_PARAMETERS, **{k: v for k, v in params.items() if k in DEFAULT_PARAMETERS}}
+            problems = [f"{name}: unknown parameter (known: {', '.join(DEFAULT_PARAMETERS)})" for name in unknown]
+            raise ParameterError("invalid experiment parameters:\n  - "
+                                 + "\n  - ".join(problems + _problems(values)))
+        return cls(**params)
+
+    def parameters(self) -> dict:
+        """The parameters as a dict, in field order: what result.json records and papermill is given."""
+        return dict(self.__dict__)
+
+    def replace(self, **changes) -> RunConfig:
+        """A copy with `changes`, validated again."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def layers(self) -> list:
+        """The network's layer list (ebp_lib.paper_architecture of the architecture's name)."""
+        return architecture_layers(self.architecture)
+
+    def network(self, dtype=None) -> ebp_lib.Network:
+        """The run's new network (ebp_lib.init_network): the one the notebook and a group (reproduction.group)
+        start from, checkpoint aside."""
+        return ebp_lib.init_network(self.layers, self.weights, self.seed, init_scale=self.init_scale,
+                                    dropout=self.dropout, keep=self.keep, mask_reading=self.mask_reading,
+                                    real_update=self.real_update, **({} if dtype is None else {"dtype": dtype}))
+
+    def describe(self) -> str:
+        """One deterministic line saying what the run trains (describe_experiment)."""
+        return describe_experiment(self.parameters())
+
+    def load_data(self):
+        """The run's data (ebp_data.load_dataset): its data set, preprocessing and training images."""
+        import ebp_data
+
+        return ebp_data.load_dataset(self.dataset, self.preprocessing, self.std_floor, self.n_train)
+
+    def checkpoint_config(self) -> dict:
+        """The settings a checkpoint of this run records and a resumed run must share (ebp_train.fit's
+        run_config): data set and its preprocessing, training images, network and initialisation, dropout, and the
+        mask reading and the update only where they are not the default: a checkpoint of the defaults records
+        neither (as ebp_lib.network_config records neither), and must stay resumable by a run of them."""
+        config = {name: getattr(self, name) for name in RUN_CONFIG_KEYS}
+        if self.mask_reading != ebp_lib.DEFAULT_MASK_READING:
+            config["mask_reading"] = self.mask_reading
+        if self.real_update != ebp_lib.DEFAULT_UPDATE:
+            config["real_update"] = self.real_update
+        return config
+
+
+def _problems(p: dict) -> list[str]:
+    """Every problem of a complete set of parameters `p`, each naming the parameter, its value and what is allowed;
+    normalises `p` in place (architecture as a name, dropout "none" as None, numbers as floats, paths as str)."""
+    problems = []
 
     def bad(name, why):
         problems.append(f"{name}={p[name]!r}: {why}")
@@ -185,25 +258,21 @@ def validate_parameters(params: dict) -> dict:
         bad("init_scale", "must be a positive number (1.0 = the reference initialisation)")
     if p["output_dir"] is not None and not isinstance(p["output_dir"], (str, os.PathLike)):
         bad("output_dir", "must be None (a temporary folder) or a path")
-    if problems:
-        raise ParameterError("invalid experiment parameters:\n  - " + "\n  - ".join(problems))
-    if p["output_dir"] is not None:
-        p["output_dir"] = str(p["output_dir"])
-    p["keep"], p["std_floor"], p["init_scale"] = float(p["keep"]), float(p["std_floor"]), float(p["init_scale"])
-    return p
+    if not problems:
+        if p["output_dir"] is not None:
+            p["output_dir"] = str(p["output_dir"])
+        p["keep"], p["std_floor"], p["init_scale"] = float(p["keep"]), float(p["std_floor"]), float(p["init_scale"])
+    return problems
 
 
-def run_config(params: dict) -> dict:
-    """The settings a checkpoint of this experiment records and a resumed run must share (ebp_train.fit's
-    run_config): data set and its preprocessing, training images, network and initialisation, dropout, and the
-    mask reading and the real-weight update only where they are not the default: a checkpoint of the defaults
-    records neither (as ebp_lib records neither in the network), and must stay resumable by a run of them."""
-    config = {name: params[name] for name in RUN_CONFIG_KEYS}
-    if params["mask_reading"] != "absent":
-        config["mask_reading"] = params["mask_reading"]
-    if params["real_update"] != "spec":
-        config["real_update"] = params["real_update"]
-    return config
+# Every parameter of one experiment with its default (RunConfig's fields).
+DEFAULT_PARAMETERS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+
+
+def validate_parameters(params: Mapping) -> dict:
+    """The parameters of RunConfig.of(params), normalised, as a dict (a run record's); ParameterError listing all
+    problems at once."""
+    return RunConfig.of(params).parameters()
 
 
 def protocol_relative_to_paper(params: dict) -> str:
@@ -220,7 +289,7 @@ def describe_experiment(params: dict) -> str:
     dropout = "no dropout" if params["dropout"] is None else f"{params['dropout']} dropout, p = {params['keep']}"
     n = f"{params['n_train']:,}" if params["n_train"] is not None else f"all {FULL_TRAIN:,}"
     masks = (f" (non-connected weights {params['mask_reading']})" if is_spatial(params["architecture"]) else "")
-    if params["real_update"] != "spec":
+    if params["real_update"] != ebp_lib.DEFAULT_UPDATE:
         masks += f", update {params['real_update']} (the authors' code)"
     return (f"{params['dataset']}, {params['weights']} weights, architecture {params['architecture']} "
             f"{architecture_layers(params['architecture'])}{masks}, {dropout}; {n} training images "

@@ -8,7 +8,8 @@ the scripts (benchmark, portability, binary inference, EBP-D gap) all use these 
 A run's result.json, of every method (EBP runs, the backprop baseline), is a run record: one versioned format
 (RECORD_FORMAT, RECORD_FIELDS), one writer (write_record), one reader (read_record), and one upgrader for older
 formats (upgrade_record). Each method's module holds what its records' fields must agree on
-(reproduction.folder.ebp_record_problems, reproduction.backprop.record_problems), through record_problems here.
+(reproduction.folder.ebp_record_problems, reproduction.backprop.backprop_record_problems), through record_problems
+here.
 """
 from __future__ import annotations
 
@@ -433,7 +434,7 @@ def read_record(path) -> dict:
 def record_problems(data: dict, valid_parameters: dict, derived: dict, final: dict | None, final_source: str,
                     planned_epochs: int, may_stop_early: bool) -> list[str]:
     """Whatever disagrees within one record (of the current format, check_record_fields), given what its method
-    (reproduction.folder.ebp_record_problems, reproduction.backprop.record_problems) derives from it: its
+    (reproduction.folder.ebp_record_problems, reproduction.backprop.backprop_record_problems) derives from it: its
     parameters are not the complete, valid set `valid_parameters`; a field of `derived` (protocol, training
     images, ...) says something else; the final errors are not `final` (those of `final_source`); epochs done,
     their numbering, a finished run's epochs (`planned_epochs`, or at most that if it `may_stop_early`); an error

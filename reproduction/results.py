@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ebp_checkpoint
-from ebp_lib import update_applies
+from ebp_lib import DEFAULT_MASK_READING, DEFAULT_UPDATE, update_applies
 from reproduction import backprop, band
 from reproduction.folder import (
     CHECKPOINT_FILE,
@@ -60,7 +60,7 @@ def _committed_files(runs_dir, names=(RESULT_FILE, EXECUTED_FILE, VERIFICATION_F
 
 
 # Each method's consistency check of its run records (records.record_problems): EBP runs, the backprop baseline.
-RECORD_PROBLEMS = {"ebp": ebp_record_problems, "backprop": backprop.record_problems}
+RECORD_PROBLEMS = {"ebp": ebp_record_problems, "backprop": backprop.backprop_record_problems}
 
 
 def record_problems(record: dict) -> list[str]:
@@ -209,11 +209,11 @@ def seed_of(result: dict) -> int:
 def row_update(row: dict, update: str) -> str:
     """The update that trains a table row's runs when `update` is asked for: `update` where it applies to the
     row's weight type (ebp_lib.update_applies), else the spec's."""
-    return update if update_applies(update, row["weights"]) else "spec"
+    return update if update_applies(update, row["weights"]) else DEFAULT_UPDATE
 
 
 def matches(row: dict, result: dict, reading: str = "sampled", seed: int | None = 0,
-            mask_reading: str = "absent", real_update: str = "spec") -> bool:
+            mask_reading: str = DEFAULT_MASK_READING, real_update: str = DEFAULT_UPDATE) -> bool:
     """Whether a result was trained in the configuration of a table row (with the paper's defaults for the
     data: MNIST, per-pixel standardisation, reference initialisation), with seed `seed` (None: any seed), the
     dropout reading `reading` (Table 3), the mask reading `mask_reading` (Table 4; the other tables have no
@@ -221,7 +221,7 @@ def matches(row: dict, result: dict, reading: str = "sampled", seed: int | None 
     row's weights (row_update)."""
     p = result["parameters"]
     dropout = reading if row["dropout"] == "yes" else None
-    masks = mask_reading if row["table"] == 4 else "absent"
+    masks = mask_reading if row["table"] == 4 else DEFAULT_MASK_READING
     return (p["dataset"] == row["dataset"] and p["architecture"] == row["architecture"]
             and p["weights"] == row["weights"] and p["dropout"] == dropout
             and (dropout is None or p["keep"] == row["keep"]) and p["mask_reading"] == masks
@@ -308,11 +308,11 @@ class Cells(dict):
 
 
 def rejected_runs(row: dict, rejected: dict, profile: str, reading: str, mask_reading: str,
-                  real_update: str = "spec") -> list[tuple]:
+                  real_update: str = DEFAULT_UPDATE) -> list[tuple]:
     """[(seed, kind, run folder, why)] of the rejected results (Results.rejected) lying in the folders of a table
     row's run: <results_folder(profile, its data set)>/<run_key(...)>[-seed<N>]."""
     base = run_key(row["run_id"], reading if row["dropout"] == "yes" else None, 0,
-                   mask_reading if row["table"] == 4 else "absent", row_update(row, real_update))
+                   mask_reading if row["table"] == 4 else DEFAULT_MASK_READING, row_update(row, real_update))
     pattern = re.compile(re.escape(base) + r"(?:-seed(\d+))?")
     out = []
     for run_dir, (kind, why) in sorted(rejected.items()):
@@ -329,7 +329,7 @@ def cell_key(row: dict) -> tuple:
 
 
 def table_cells(rows: list[dict], results: list[dict], profile: str = "paper", reading: str = "sampled",
-                mask_reading: str = "absent", real_update: str = "spec") -> Cells:
+                mask_reading: str = DEFAULT_MASK_READING, real_update: str = DEFAULT_UPDATE) -> Cells:
     """cell_key -> Cell for every table row that has a result of `profile` in the given dropout and mask
     readings and, for real-weight rows, the real-weight update `real_update` (absent when none exists yet; with
     another update than the spec's, binary rows are left out). Per seed the most complete result counts; the seeds whose result

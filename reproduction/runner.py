@@ -37,10 +37,7 @@ from reproduction.folder import (
 from reproduction.parameters import (
     FULL_TRAIN,
     NOTEBOOK,
-    ParameterError,
-    architecture_layers,
     same_configuration,
-    validate_parameters,
 )
 from reproduction.records import RecordError, describe_error, read_record, write_atomically, write_record
 
@@ -114,7 +111,8 @@ def execute_notebook(notebook: str, output: Path, tries: int = KERNEL_START_TRIE
 def run_job(job: dict) -> dict:
     """Execute notebooks/experiment.ipynb for `job` into <output_dir>/experiment.ipynb with papermill.
 
-    Before any work: the parameters are validated, the folder is locked and checked (job_state: a finished run
+    The job's configuration (`config`, a RunConfig) was validated when make_jobs built it and is passed on as it
+    is. Before any work the folder is locked and checked (job_state: a finished run
     is skipped, a finished run of other parameters (stale) and an inconsistent one are left alone, a corrupt
     checkpoint or result.json is moved aside and the run restarts without it). The notebook is executed into a
     temporary beside experiment.ipynb and renamed over it at the end, so a failed write (a full disk) never
@@ -132,10 +130,6 @@ def run_job(job: dict) -> dict:
         return {**outcome, "status": "failed", "error": error, "notebook": notebook_of(job),
                 "seconds": time.time() - start}
 
-    try:
-        validate_parameters(job["parameters"])  # unknown or invalid parameters fail before any work
-    except ParameterError as err:
-        return failed(str(err))
     try:
         prepared = _prepare_folder(job)
     except RunBusyError:
@@ -198,9 +192,9 @@ def record_notebook_digest(out: Path) -> dict:
 
 
 def notebook_parameters(job: dict) -> dict:
-    """What papermill gives the experiment notebook for `job`: its parameters, and its engine when the job names
-    one (a run option, parameters.RUN_OPTIONS); a job without one runs the notebook's default engine, as before."""
-    return {**job["parameters"], **({"engine": job["engine"]} if job.get("engine") else {})}
+    """What papermill gives the experiment notebook for `job`: its configuration's parameters, and its engine when
+    the job names one (a run option, parameters.RUN_OPTIONS); a job without one runs the notebook's default engine."""
+    return {**job["config"].parameters(), **({"engine": job["engine"]} if job.get("engine") else {})}
 
 
 def _prepare_folder(job: dict) -> dict:
@@ -268,9 +262,9 @@ def _keep_notebook(tmp: Path, executed: Path, root: Path) -> str | None:
 def job_cost(job: dict) -> float:
     """Relative cost of one epoch: images seen × weights (dense, as the engine multiplies dense matrices);
     evaluation (10,000 test + up to 10,000 training images, forward only) counted at a third per image."""
-    sizes = ebp_lib.check_architecture(architecture_layers(job["parameters"]["architecture"]))
+    sizes = ebp_lib.check_architecture(job["config"].layers)
     weights = sum(a * b for a, b in zip(sizes, sizes[1:]))
-    n = job["parameters"]["n_train"] or FULL_TRAIN
+    n = job["config"].n_train or FULL_TRAIN
     return weights * (n + (10000 + min(n, 10000)) / 3)
 
 
@@ -278,7 +272,7 @@ def _progress(job: dict) -> tuple[int, float | None]:
     """(epochs done, wall seconds per epoch in the current session) from the job's partial result.json; for a run
     trained in a group (its session names the group), its share of the group's epoch."""
     result = read_result(job["output_dir"])
-    if not result or not result["sessions"] or not same_configuration(result["parameters"], job["parameters"]):
+    if not result or not result["sessions"] or not same_configuration(result["parameters"], job["config"].parameters()):
         return 0, None
     session = result["sessions"][-1]
     if session["to_epoch"] <= session["from_epoch"]:
@@ -303,7 +297,7 @@ def status_line(elapsed: float, todo: list[dict], outcomes: dict, running: list[
     parts, rate_num, rate_den, remaining = [], 0.0, 0.0, 0.0
     for job in running:
         epochs, per_epoch = _progress(job)
-        parts.append(f"{job['key']} epoch {epochs}/{job['parameters']['epochs']}")
+        parts.append(f"{job['key']} epoch {epochs}/{job['config'].epochs}")
         if per_epoch:
             rate_num, rate_den = rate_num + per_epoch, rate_den + job_cost(job)
     waiting = [j for j in todo if j["key"] not in done and j not in running]
@@ -314,7 +308,7 @@ def status_line(elapsed: float, todo: list[dict], outcomes: dict, running: list[
         rate = rate_num / rate_den  # seconds per unit of job_cost, from the epochs seen so far
         for job in running + waiting:
             epochs, _ = _progress(job)
-            remaining += (job["parameters"]["epochs"] - epochs) * job_cost(job) * rate
+            remaining += (job["config"].epochs - epochs) * job_cost(job) * rate
         line += f" | about {format_seconds(remaining / max(1, min(workers, len(running) + len(waiting))))} left"
     return line
 
@@ -472,7 +466,7 @@ TIMEOUT_BASE = 900.0
 def run_timeout(job: dict) -> float:
     """Seconds the runner waits for `job` once sent to a worker before failing it (run_batch's run_timeout
     overrides it): a bound from its cost estimate, job_cost, for the epochs it has left."""
-    epochs_left = max(0, job["parameters"]["epochs"] - _progress(job)[0])
+    epochs_left = max(0, job["config"].epochs - _progress(job)[0])
     return TIMEOUT_BASE + TIMEOUT_FACTOR * epochs_left * job_cost(job) * SECONDS_PER_COST
 
 

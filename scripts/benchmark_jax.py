@@ -41,7 +41,7 @@ import numpy as np
 import ebp_data
 import ebp_lib
 import ebp_train
-from reproduction import paper_tables, parameters, records
+from reproduction import paper_tables, records
 
 PAPER_EPOCHS, PAPER_IMAGES = 120, 60000
 EVAL_IMAGES = 20000  # evaluated after every epoch of a run: 10,000 test and 10,000 training images (fit)
@@ -201,7 +201,7 @@ def grid_runs() -> list[int]:
     jobs = paper_tables.make_jobs(paper_tables.read_paper_tables(), "paper", seeds=range(SEEDS))
     weights = []
     for job in jobs:
-        sizes = ebp_lib.check_architecture(parameters.architecture_layers(job["parameters"]["architecture"]))
+        sizes = ebp_lib.check_architecture(job["config"].layers)
         weights.append(sum(a * b for a, b in zip(sizes, sizes[1:])))
     return weights
 

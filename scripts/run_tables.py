@@ -35,6 +35,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import ebp_lib
 import ebp_train
 from reproduction import folder, group, paper_tables, parameters, records, runner
 
@@ -83,11 +84,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="how dropout enters EBP for Table 3 runs: sampled (default; Bernoulli masks on the "
                              "inputs and hidden units, the paper's text and the reading Table 3 shows first) or "
                              "analytic (the authors' code); recorded in each result and in the run's folder name")
-    parser.add_argument("--mask-reading", choices=parameters.MASK_READINGS, default="absent",
+    parser.add_argument("--mask-reading", choices=parameters.MASK_READINGS, default=ebp_lib.DEFAULT_MASK_READING,
                         help="Table 4 only: the weights outside a spatial unit's block are absent (default) or "
                              "held at h = 0 as in the paper's full matrix (docs/maths.md, Spatial filtering); "
                              "held runs go to <run>-held/, e.g. binary-block13-held")
-    parser.add_argument("--real-update", "--update", dest="real_update", choices=parameters.UPDATES, default="spec",
+    parser.add_argument("--real-update", "--update", dest="real_update", choices=parameters.UPDATES,
+                        default=ebp_lib.DEFAULT_UPDATE,
                         help="the spec's update (default) or one of the authors' codes (docs/maths.md). Real weights: "
                              "their Real_EBP_minibatch.m (authors: both of its differences; authors-delta: Δ "
                              "back-propagated through the updated weights; authors-variance: σ² + 1/N after the "
@@ -155,7 +157,7 @@ def list_jobs(jobs: list[dict]) -> None:
         name = state.state
         if name not in ("finished", *runner.LEFT_ALONE) and folder.is_locked(job["output_dir"]):
             name = "running"
-        print(f"{job['key']:<32} {name:<12} {state.epochs:>3}/{job['parameters']['epochs']} epochs  "
+        print(f"{job['key']:<32} {name:<12} {state.epochs:>3}/{job['config'].epochs} epochs  "
               f"{'; '.join(job['rows'])}")
         for problem in state.problems:
             print(f"    {problem}")
@@ -176,14 +178,12 @@ def run(argv=None) -> tuple[int, list[dict]]:
     if not rows:
         print("error: these filters select no table cell", file=sys.stderr)
         return 2, []
-    try:
-        paper_tables.check_mask_reading(rows, args.mask_reading)
-        paper_tables.check_real_update(rows, args.real_update)
+    try:  # every job's RunConfig is built and validated here, once (paper_tables.make_jobs)
+        jobs = paper_tables.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed,
+                                      args.data_dir, args.mask_reading, args.dataset, args.real_update, args.engine)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2, []
-    jobs = paper_tables.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed, args.data_dir,
-                                  args.mask_reading, args.dataset, args.real_update, args.engine)
     if args.list:
         list_jobs(jobs)
         return 0, []

@@ -8,7 +8,7 @@ import json
 import pytest
 from fake_runs import cell_row, fake_notebook, fake_result, write_result
 
-from reproduction import folder, records, runner
+from reproduction import folder, parameters, records, runner
 from reproduction.folder import EXECUTED_FILE, RESULT_FILE, VERIFICATION_FILE, job_state, sha256
 from reproduction.paper_tables import read_paper_tables
 from reproduction.results import load_results, render_table, table_cells
@@ -20,9 +20,9 @@ def rows():
 
 
 def _job(run_dir, result):
-    return {"key": run_dir.name, "output_dir": str(run_dir), "parameters": {**result["parameters"],
-                                                                             "output_dir": str(run_dir)},
-            "rows": [], "notebook": "experiment.ipynb"}
+    config = parameters.RunConfig.of({**result["parameters"], "output_dir": str(run_dir)})
+    return {"key": run_dir.name, "output_dir": str(run_dir), "config": config, "rows": [],
+            "notebook": "experiment.ipynb"}
 
 
 def _finished(tmp_path, rows, key="binary-200", seed=0, error=0.0346):
@@ -181,7 +181,7 @@ def test_papermill_writing_over_a_finished_runs_notebook_is_told_how_to_restore_
     run_dir, record = _finished(tmp_path, rows)
     (run_dir / EXECUTED_FILE).write_text(json.dumps({"cells": [], "metadata": {}}))  # papermill's first write
     with pytest.raises(folder.FinishedRunError) as info:
-        folder.check_output_dir(run_dir, {**record["parameters"], "epochs": 1})
+        folder.check_output_dir(run_dir, parameters.RunConfig.of({**record["parameters"], "epochs": 1}))
     message = str(info.value)
     assert "finished run of other parameters" in message and "it has just replaced" in message
     assert f"git restore --source=HEAD -- {run_dir / EXECUTED_FILE}" in message

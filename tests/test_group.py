@@ -95,8 +95,9 @@ def test_runs_of_other_configurations_or_engines_are_not_grouped(rows):
         ["binary-200", "binary-200-seed1", "binary-200-seed2"], ["real-200", "real-200-seed1", "real-200-seed2"]]
     fast = paper_tables.make_jobs(runs, TINY, seeds=SEEDS)
     assert all(len(task) == 1 for task in group.group_jobs(fast))  # the fast engine trains each run alone
-    assert all("engine" not in job and runner.notebook_parameters(job) == job["parameters"] for job in fast)
-    assert runner.notebook_parameters(jobs[0]) == {**jobs[0]["parameters"], "engine": "jax"}
+    assert all("engine" not in job and runner.notebook_parameters(job) == job["config"].parameters()
+               for job in fast)
+    assert runner.notebook_parameters(jobs[0]) == {**jobs[0]["config"].parameters(), "engine": "jax"}
 
 
 def test_group_seeds_needs_the_jax_engine(capsys):
@@ -120,7 +121,7 @@ def alone(seed, data, epochs, checkpoint=None):
     """binary-200 trained alone by engine="jax", as the experiment notebook trains it."""
     net = ebp_lib.init_network(parameters.architecture_layers("200"), "binary", seed=seed)
     return ebp_train.fit(net, data, epochs, TINY["batch_size"], seed, checkpoint=checkpoint, engine="jax",
-                       run_config=parameters.run_config(tiny_jobs(Path("."), [seed])[0]["parameters"]))
+                       run_config=tiny_jobs(Path("."), [seed])[0]["config"].checkpoint_config())
 
 
 def tiny_jobs(runs_dir, seeds=SEEDS, engine="jax"):
@@ -135,7 +136,7 @@ def test_a_run_trained_in_a_group_equals_the_run_trained_alone(tmp_path, tiny_da
     ebp_train.fit with engine="jax" saves for the run alone. Tolerance zero."""
     jobs = tiny_jobs(tmp_path / "group")
     for job in jobs:
-        job["parameters"]["epochs"] = 2
+        job["config"] = job["config"].replace(epochs=2)
     assert group.train_together(jobs) == {}
     for seed, job in zip(SEEDS, jobs):
         _, history = alone(seed, tiny_data, 2, tmp_path / f"alone-{seed}.npz")
@@ -160,7 +161,7 @@ def interrupt_after(monkeypatch, checkpoints):
             raise KeyboardInterrupt("killed")
         written.append(1)
         return end_epoch(*args, **kwargs)
-    monkeypatch.setattr(ebp_lib, "end_epoch", counting)
+    monkeypatch.setattr(ebp_train, "end_epoch", counting)
 
 
 def test_the_grouped_runner_resumes_an_interrupted_group_and_labels_the_engine(tmp_path, tiny_data, monkeypatch):
@@ -188,7 +189,7 @@ def test_the_grouped_runner_resumes_an_interrupted_group_and_labels_the_engine(t
         _, history = alone(seed, tiny_data, TINY["epochs"])
         assert [{k: r[k] for k in r if k not in TIMINGS} for r in result["history"]] == [
             {k: r[k] for k in r if k not in TIMINGS} for r in history], f"seed {seed}"
-        assert result["finished"] and result["engine"] == "jax" and result["parameters"] == job["parameters"]
+        assert result["finished"] and result["engine"] == "jax" and result["parameters"] == job["config"].parameters()
         assert [s["from_epoch"] for s in result["sessions"]] == [0, 2 if seed == 0 else 1, TINY["epochs"]]
         assert result["sessions"][1]["group"] == [j["key"] for j in jobs]  # the session that trained it together
         assert not (Path(job["output_dir"]) / folder.CHECKPOINT_FILE).exists()

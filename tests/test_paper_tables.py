@@ -85,9 +85,9 @@ def test_one_job_per_run_with_the_profile_and_the_dropout_reading(rows, tmp_path
     assert [j["key"] for j in jobs] == ["binary-400", "real-400", "binary-400-dropout-sampled",
                                         "real-400-dropout-sampled"]
     assert jobs[0]["rows"] == ["Table 2 B-EBP-P 400", "Table 2 B-EBP-D 400"]
-    p = jobs[2]["parameters"]
+    p = jobs[2]["config"].parameters()
     assert (p["dropout"], p["keep"], p["epochs"], p["n_train"], p["batch_size"]) == ("sampled", 0.8, 120, None, 10)
-    assert jobs[0]["parameters"]["dropout"] is None
+    assert jobs[0]["config"].dropout is None
     assert Path(jobs[0]["output_dir"]) == (tmp_path / "paper" / "binary-400").resolve()
     assert (Path(jobs[0]["notebook"]).parent / p["output_dir"]).resolve() == Path(jobs[2]["output_dir"])
     assert len(make_jobs(select_rows(rows, tables=[2]), "quick")) == 18
@@ -111,7 +111,7 @@ def test_seeds_get_their_own_folders_and_seed_0_keeps_the_old_names(rows, tmp_pa
     assert [j["key"] for j in jobs] == ["binary-200", "binary-200-seed1", "binary-200-seed2",
                                         "binary-200-dropout-sampled", "binary-200-dropout-sampled-seed1",
                                         "binary-200-dropout-sampled-seed2"]
-    assert [j["parameters"]["seed"] for j in jobs] == [0, 1, 2] * 2
+    assert [j["config"].seed for j in jobs] == [0, 1, 2] * 2
     assert Path(jobs[4]["output_dir"]) == (tmp_path / "paper" / "binary-200-dropout-sampled-seed1").resolve()
     assert cli.main(["--table", "4", "--column", "144", "--seed", "0", "3", "--list", "--runs-dir",
                      str(tmp_path)]) == 0
@@ -125,9 +125,9 @@ def test_held_mask_reading_is_for_table_4_and_gets_its_own_folders(rows, tmp_pat
     table4 = select_rows(rows, tables=[4], columns=["256"], weights=["binary"])
     jobs = make_jobs(table4, "paper", runs_dir=tmp_path, seeds=[0, 2], mask_reading="held")
     assert [j["key"] for j in jobs] == ["binary-block13-held", "binary-block13-held-seed2"]
-    assert jobs[0]["parameters"]["mask_reading"] == "held"
-    assert parameters.run_config(jobs[0]["parameters"])["mask_reading"] == "held"
-    assert make_jobs(table4, "paper", runs_dir=tmp_path)[0]["parameters"]["mask_reading"] == "absent"
+    assert jobs[0]["config"].mask_reading == "held"
+    assert jobs[0]["config"].checkpoint_config()["mask_reading"] == "held"
+    assert make_jobs(table4, "paper", runs_dir=tmp_path)[0]["config"].mask_reading == "absent"
     with pytest.raises(ValueError, match="applies to Table 4 .* only.*Table 2.*select --table 4"):
         make_jobs(select_rows(rows, columns=["200", "144"]), "paper", mask_reading="held")
     assert select_rows(rows, run_ids=["binary-block13-held"]) == table4
@@ -152,10 +152,10 @@ def test_a_data_set_gets_its_own_folder_and_mnist_keeps_the_old_ones(rows, tmp_p
     assert Path(mnist[0]["output_dir"]) == (tmp_path / "paper" / "binary-200").resolve()
     assert Path(fashion[3]["output_dir"]) == (tmp_path / "paper-fashion-mnist" / "binary-200-dropout-sampled-seed1"
                                              ).resolve()
-    assert {j["dataset"] for j in fashion} == {j["parameters"]["dataset"] for j in fashion} == {"fashion-mnist"}
-    assert parameters.run_config(fashion[0]["parameters"])["dataset"] == "fashion-mnist"  # a checkpoint records it
+    assert {j["dataset"] for j in fashion} == {j["config"].dataset for j in fashion} == {"fashion-mnist"}
+    assert fashion[0]["config"].checkpoint_config()["dataset"] == "fashion-mnist"  # a checkpoint records it
     notebook_dir = Path(fashion[0]["notebook"]).parent
-    assert (notebook_dir / fashion[0]["parameters"]["output_dir"]).resolve() == Path(fashion[0]["output_dir"])
+    assert (notebook_dir / fashion[0]["config"].output_dir).resolve() == Path(fashion[0]["output_dir"])
     held = make_jobs(select_rows(rows, tables=[4], columns=["144"], weights=["real"]), TINY, runs_dir=tmp_path,
                      mask_reading="held", dataset="fashion-mnist")
     assert Path(held[0]["output_dir"]) == (tmp_path / "tiny-fashion-mnist" / "real-block17-held").resolve()
@@ -180,10 +180,10 @@ def _fake_checkpoint(job, dataset):
     writes it), without training."""
     import numpy as np
 
-    params = {**job["parameters"], "dataset": dataset}
+    params = {**job["config"].parameters(), "dataset": dataset}
     layers = parameters.architecture_layers(params["architecture"])
     net = ebp_lib.init_network(layers, params["weights"], params["seed"])
-    run = {"seed": params["seed"], "batch_size": params["batch_size"], **parameters.run_config(params)}
+    run = {"seed": params["seed"], "batch_size": params["batch_size"], **parameters.RunConfig.of(params).checkpoint_config()}
     history = [{"epoch": 1, "test_ebp_p": 0.2, "test_ebp_d": 0.2}]
     ebp_lib.save_network(Path(job["output_dir"]) / folder.CHECKPOINT_FILE, net, run=run, history=history,
                          rng_state=np.random.default_rng(0).bit_generator.state)
@@ -196,11 +196,11 @@ def test_a_run_of_one_data_set_is_never_a_finished_run_of_the_other(rows, tmp_pa
     table = select_rows(rows, run_ids=["binary-200"])
     mnist = make_jobs(table, TINY, runs_dir=tmp_path)[0]
     fashion = make_jobs(table, TINY, runs_dir=tmp_path, dataset="fashion-mnist")[0]
-    result = fake_result(fashion["parameters"], TINY["epochs"], TINY["n_train"], "tiny", 0.15,
+    result = fake_result(fashion["config"].parameters(), TINY["epochs"], TINY["n_train"], "tiny", 0.15,
                          dataset="fashion-mnist")
     Path(fashion["output_dir"]).mkdir(parents=True)
     (Path(fashion["output_dir"]) / folder.RESULT_FILE).write_text(json.dumps(result))
-    (Path(fashion["output_dir"]) / folder.EXECUTED_FILE).write_text(json.dumps(fake_notebook(result)))
+    (Path(fashion["output_dir"]) / folder.EXECUTED_FILE).write_text(json.dumps(fake_notebook(result)))  # its evidence
     assert folder.job_state(fashion).state == "finished" and folder.job_state(mnist).state == "new"
     Path(mnist["output_dir"]).mkdir(parents=True)
     (Path(mnist["output_dir"]) / folder.RESULT_FILE).write_text(json.dumps(result))
@@ -219,12 +219,13 @@ def test_a_result_of_the_first_format_is_a_finished_run_of_the_default_reading(r
     current format through the one upgrader: the runner skips it as a finished run of the default reading, not
     as stale."""
     job = make_jobs(select_rows(rows, run_ids=["binary-block13"]), TINY, runs_dir=tmp_path)[0]
-    result = fake_result(job["parameters"], TINY["epochs"], TINY["n_train"], "tiny", 0.1)
+    result = fake_result(job["config"].parameters(), TINY["epochs"], TINY["n_train"], "tiny", 0.1)
     del result["method"], result["profile"]
-    result["format"], result["parameters"] = 1, {k: v for k, v in job["parameters"].items() if k != "mask_reading"}
+    result["format"], result["parameters"] = 1, {k: v for k, v in job["config"].parameters().items()
+                                                      if k != "mask_reading"}
     Path(job["output_dir"]).mkdir(parents=True)
     (Path(job["output_dir"]) / folder.RESULT_FILE).write_text(json.dumps(result))
-    (Path(job["output_dir"]) / folder.EXECUTED_FILE).write_text(json.dumps(fake_notebook(result)))
+    (Path(job["output_dir"]) / folder.EXECUTED_FILE).write_text(json.dumps(fake_notebook(result)))  # its evidence
     assert folder.job_state(job).state == "finished"
     held = make_jobs(select_rows(rows, run_ids=["binary-block13"]), TINY, runs_dir=tmp_path, mask_reading="held")[0]
     assert folder.job_state(held).state == "new"  # its own folder

@@ -36,7 +36,7 @@ def test_the_engine_is_a_run_option_checked_apart_from_the_parameters():
     """`-p engine jax` is not an unknown parameter (given_parameters leaves it out); an unknown engine is refused
     naming the engines."""
     namespace = {**parameters.DEFAULT_PARAMETERS, "engine": "jax"}
-    assert parameters.given_parameters(namespace, set()) == parameters.DEFAULT_PARAMETERS
+    assert parameters.given_parameters(namespace, {}) == parameters.DEFAULT_PARAMETERS
     assert parameters.validate_engine("jax") == "jax"
     with pytest.raises(parameters.ParameterError, match="engine='gpu': choose one of fast, reference, jax"):
         parameters.validate_engine("gpu")
@@ -92,9 +92,10 @@ def test_mask_reading_is_a_parameter_of_spatial_runs():
     checkpoints of the default reading (which record none) stay resumable; the reading tells two configurations
     apart. (Records of the old format, without the parameter, are upgraded on reading: tests/test_records.py.)"""
     held = parameters.validate_parameters({"architecture": "block13", "mask_reading": "held"})
-    assert parameters.run_config(held)["mask_reading"] == "held"
+    assert parameters.RunConfig.of(held).checkpoint_config()["mask_reading"] == "held"
     absent = parameters.validate_parameters({"architecture": "block13"})
-    assert absent["mask_reading"] == "absent" and "mask_reading" not in parameters.run_config(absent)
+    assert absent["mask_reading"] == "absent"
+    assert "mask_reading" not in parameters.RunConfig.of(absent).checkpoint_config()
     assert "(non-connected weights held)" in parameters.describe_experiment(held)
     assert "non-connected" not in parameters.describe_experiment(parameters.validate_parameters({}))
     assert parameters.same_configuration(absent, {**absent, "output_dir": "elsewhere"})
@@ -111,3 +112,53 @@ def test_normalisation_and_the_protocol_relative_to_the_papers():
     assert protocol({**p, "epochs": 200}) == "extended"  # beyond the paper: labelled, never "paper"
     assert protocol({**p, "epochs": 200, "n_train": 59999}) == "shortened"
 
+
+
+def test_a_run_configuration_is_validated_when_built_and_frozen():
+    """RunConfig is the one place the defaults are written (DEFAULT_PARAMETERS is its fields) and checks itself
+    when built, by keyword or from a mapping (RunConfig.of, which refuses unknown names too); once built it cannot
+    be changed, only replaced by a copy that is checked again. Its network is the one its fields describe."""
+    import dataclasses
+
+    config = parameters.RunConfig(architecture=200, dropout="none", keep=1)
+    assert config.architecture == "200" and config.dropout is None and isinstance(config.keep, float)
+    assert config.parameters() == {**parameters.DEFAULT_PARAMETERS, "keep": 1.0}
+    assert list(config.parameters()) == list(parameters.DEFAULT_PARAMETERS)
+    assert parameters.RunConfig.of({}) == parameters.RunConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.epochs = 3
+    with pytest.raises(parameters.ParameterError, match="mask_reading='held': architecture '200' has no locally"):
+        parameters.RunConfig(mask_reading="held")
+    with pytest.raises(parameters.ParameterError, match="epochs=0"):
+        config.replace(epochs=0)
+    with pytest.raises(parameters.ParameterError) as info:
+        parameters.RunConfig.of({"epoch": 3, "weights": "ternary"})
+    assert "epoch: unknown parameter" in str(info.value) and "weights='ternary'" in str(info.value)
+    held = parameters.RunConfig(architecture="361-100", weights="real", mask_reading="held",
+                                real_update="authors")
+    net = held.network()
+    assert (net.mask_reading, net.real_update, net.weights) == ("held", "authors", "real")
+    assert all(layer.held for layer in net.layers[:2]) and net.sizes == [784, 361, 100, 10]
+
+
+@pytest.mark.parametrize("name", ["1_000", "\uff12\uff10\uff10", "200 -100", "block 13", " 200", "200\n", "800-"])
+def test_an_architecture_name_is_taken_only_as_the_tables_write_it(name):
+    """Python's int() reads "1_000", full-width digits and surrounding spaces; an architecture name that only it
+    would read is refused, so that a run records its architecture as the tables name it."""
+    with pytest.raises(parameters.ParameterError, match="unknown architecture"):
+        parameters.RunConfig(architecture=name)
+
+
+def test_a_name_the_notebook_bound_before_its_parameters_cannot_be_injected():
+    """`papermill ... -p json 1` rebinds a module the notebook imported before its parameters cell: it is given
+    (and refused as unknown), while names still holding what they held before are not."""
+    import json as json_module
+
+    before = {"json": json_module, "np": object(), "In": []}
+    namespace = {**before, **parameters.DEFAULT_PARAMETERS, "json": 1}
+    given = parameters.given_parameters(namespace, before)
+    assert given == {**parameters.DEFAULT_PARAMETERS, "json": 1}
+    with pytest.raises(parameters.ParameterError, match="json: unknown parameter"):
+        parameters.RunConfig.of(given)
+    assert parameters.given_parameters({**before, **parameters.DEFAULT_PARAMETERS}, before) == \
+        parameters.DEFAULT_PARAMETERS

@@ -180,7 +180,7 @@ def test_every_record_is_written_by_write_record(tmp_path, monkeypatch):
 
     written = []
     monkeypatch.setattr(folder, "write_record", lambda path, data, problems: written.append((path, data)))
-    recorder = folder.EpochRecorder(tmp_path, parameters.validate_parameters({}), tmp_path / "none.npz",
+    recorder = folder.EpochRecorder(tmp_path, parameters.RunConfig(), tmp_path / "none.npz",
                                     echo=lambda *_: None)
     recorder({"epoch": 1, "test_ebp_p": 0.2, "test_ebp_d": 0.25, "train_ebp_p": 0.1, "train_ebp_d": 0.15,
               "train_seconds": 0.5})
@@ -240,8 +240,8 @@ def test_a_run_of_the_paper_protocol_does_not_start_from_dirty_code_unless_allow
 
     _dirty(monkeypatch)
     monkeypatch.delenv(records.ALLOW_DIRTY_VAR, raising=False)
-    paper = parameters.validate_parameters({**parameters.DEFAULT_PARAMETERS, "n_train": None, "epochs": 120})
-    shortened = {**paper, "n_train": 1000, "epochs": 2}
+    paper = parameters.RunConfig(n_train=None, epochs=120)
+    shortened = paper.replace(n_train=1000, epochs=2)
     with pytest.raises(records.DirtyTreeError, match="ebp_lib.py"):
         folder.EpochRecorder(tmp_path, paper, tmp_path / "checkpoint.npz", echo=lambda *_: None)
     assert folder.EpochRecorder(tmp_path, shortened, tmp_path / "c.npz").session["git_changed"] == ["ebp_lib.py"]

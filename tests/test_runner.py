@@ -57,8 +57,10 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
     job = tiny_job(tmp_path, epochs=KILL_EPOCHS)
     out = Path(job["output_dir"])
     process = subprocess.Popen(
-        [sys.executable, "-c", "import json, sys; from reproduction import runner; "
-         "runner.run_batch([json.loads(sys.argv[1])], n_jobs=1, progress_every=1e9)", json.dumps(job)],
+        [sys.executable, "-c", "import json, sys; from reproduction import parameters, runner; "
+         "job = json.loads(sys.argv[1]); job['config'] = parameters.RunConfig.of(job['config']); "
+         "runner.run_batch([job], n_jobs=1, progress_every=1e9)",
+         json.dumps({**job, "config": job["config"].parameters()})],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # generous limits: only a hang should fail; a loaded 2-core machine took over 90 s to start the kernel,
@@ -82,7 +84,7 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
     net = ebp_lib.init_network(parameters.architecture_layers("200"), "binary", seed=0)
     ebp_train.fit(net, ebp_data.load_dataset("mnist", n_train=TINY["n_train"]), 1, TINY["batch_size"], seed=0,
                 checkpoint=Path(bad["output_dir"]) / folder.CHECKPOINT_FILE, n_train_eval=0, engine=other_engine,
-                run_config=parameters.run_config(bad["parameters"]))
+                run_config=bad["config"].checkpoint_config())
     failed, outcome = runner.run_batch([bad, job], n_jobs=1, echo=lambda *_: None)
     assert outcome["status"] == "finished", outcome
     result = folder.read_result(out)
@@ -135,8 +137,8 @@ def test_a_run_finished_by_another_runner_meanwhile_is_not_retrained(tmp_path):
     job = tiny_job(tmp_path)
     out = Path(job["output_dir"])
     out.mkdir(parents=True)
-    result = fake_result(job["parameters"], TINY["epochs"], TINY["n_train"], "tiny", 0.1)
-    result["parameters"] = job["parameters"]
+    result = fake_result(job["config"].parameters(), TINY["epochs"], TINY["n_train"], "tiny", 0.1)
+    result["parameters"] = job["config"].parameters()
     (out / "result.json").write_text(json.dumps(result))
     (out / "experiment.ipynb").write_text(json.dumps(fake_notebook(result)))  # its evidence
     evidence = (out / "experiment.ipynb").read_bytes()

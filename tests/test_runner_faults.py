@@ -34,7 +34,6 @@ import pytest
 
 import ebp_checkpoint
 import ebp_data
-import ebp_lib
 import ebp_train
 import reproduction
 from reproduction.folder import (
@@ -53,13 +52,12 @@ from reproduction.parameters import (
     DEFAULT_PARAMETERS,
     NOTEBOOK,
     ParameterError,
-    architecture_layers,
+    RunConfig,
     given_parameters,
-    run_config,
     validate_parameters,
 )
 from reproduction.results import load_results, render_table, table_cells
-from reproduction.runner import exit_status, plan_batch, run_batch, run_job, status_line, summary
+from reproduction.runner import exit_status, notebook_parameters, plan_batch, run_batch, run_job, status_line, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"name": "tiny", "epochs": 2, "n_train": 300, "batch_size": 10}
@@ -81,13 +79,13 @@ def tiny_data(real_data_dir):
 def train_in_process(job, data, epochs, n_train_eval=0):
     """Train a job's configuration for `epochs` epochs in this process as the notebook does (checkpoint after
     every epoch, result.json rewritten by the recorder): a genuine partial run when epochs < its epochs."""
-    params, out = job["parameters"], Path(job["output_dir"])
+    config, out = job["config"], Path(job["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = out / CHECKPOINT_FILE
-    recorder = EpochRecorder(out, params, checkpoint, echo=lambda *_: None)
-    net = ebp_lib.init_network(architecture_layers(params["architecture"]), params["weights"], params["seed"])
-    ebp_train.fit(net, data, epochs, params["batch_size"], params["seed"], checkpoint=checkpoint,
-                n_train_eval=n_train_eval, on_epoch=recorder, engine=recorder.engine, run_config=run_config(params))
+    recorder = EpochRecorder(out, config, checkpoint, echo=lambda *_: None)
+    ebp_train.fit(config.network(), data, epochs, config.batch_size, config.seed, checkpoint=checkpoint,
+                  n_train_eval=n_train_eval, on_epoch=recorder, engine=recorder.engine,
+                  run_config=config.checkpoint_config())
     return out
 
 
@@ -131,12 +129,12 @@ def test_resuming_with_other_data_settings_is_refused_naming_both(tmp_path, real
     assert (out / RESULT_FILE).read_bytes() == first and (out / CHECKPOINT_FILE).read_bytes() == checkpoint
 
     (out / RESULT_FILE).unlink()  # the checkpoint alone: its own check refuses to resume it
-    params = validate_parameters({**second, "output_dir": str(out)})
-    net = ebp_lib.init_network(architecture_layers(params["architecture"]), params["weights"], params["seed"])
+    config = RunConfig.of({**second, "output_dir": str(out)})
+    net = config.network()
     data = ebp_data.load_dataset("fashion-mnist", "global", n_train=1000)
     with pytest.raises(ebp_checkpoint.CheckpointMismatchError) as mismatch:
-        ebp_train.fit(net, data, 2, params["batch_size"], params["seed"], checkpoint=out / CHECKPOINT_FILE,
-                    run_config=run_config(params))
+        ebp_train.fit(net, data, 2, config.batch_size, config.seed, checkpoint=out / CHECKPOINT_FILE,
+                      run_config=config.checkpoint_config())
     lines = str(mismatch.value).splitlines()
     for name, saved, wanted in [("dataset", "'mnist'", "'fashion-mnist'"), ("preprocessing", "'pixel'", "'global'"),
                                 ("n_train", "500", "1000")]:
@@ -223,8 +221,8 @@ def test_a_failed_write_names_path_and_errno_and_keeps_the_good_result(tmp_path,
     """result.json rewritten by the recorder on a full disk (the write fails half-way) or in a read-only folder
     (the temporary cannot be created): OSError with the errno naming result.json; the previous result.json is
     intact; no temporary is left behind. (Running as root, a real read-only folder would be writable.)"""
-    params = validate_parameters({"epochs": 2, "n_train": 300})
-    recorder = EpochRecorder(tmp_path, params, tmp_path / CHECKPOINT_FILE, echo=lambda *_: None)
+    recorder = EpochRecorder(tmp_path, RunConfig(epochs=2, n_train=300), tmp_path / CHECKPOINT_FILE,
+                             echo=lambda *_: None)
     record = {"epoch": 1, "test_ebp_p": 0.2, "test_ebp_d": 0.25, "train_ebp_p": 0.1, "train_ebp_d": 0.15,
               "train_seconds": 0.5}
     recorder(record)
@@ -309,27 +307,33 @@ def test_papermill_with_a_misspelled_parameter_fails_before_any_work(tmp_path, r
     assert not out.exists()
     executed = json.loads((tmp_path / "out.ipynb").read_text())
     ran = [c for c in executed["cells"] if c["cell_type"] == "code" and c.get("execution_count")]
-    assert "validate_parameters" in "".join(ran[-1]["source"])  # the last cell run: the validation
+    assert "RunConfig.of" in "".join(ran[-1]["source"])  # the last cell run: the validation
 
 
 def test_the_notebook_sees_exactly_the_names_it_was_given():
     modules = {name: getattr(reproduction, name) for name in ("folder", "parameters", "records")}  # its imports
-    names_before = {"In", "Out", *modules}
-    namespace = {"In": [], "Out": {}, **modules, "_i3": "", **DEFAULT_PARAMETERS, "epoch": 3}
-    assert given_parameters(namespace, names_before) == {**DEFAULT_PARAMETERS, "epoch": 3}
+    bound_before = {"In": [], "Out": {}, **modules}
+    namespace = {**bound_before, "_i3": "", **DEFAULT_PARAMETERS, "epoch": 3}
+    assert given_parameters(namespace, bound_before) == {**DEFAULT_PARAMETERS, "epoch": 3}
     with pytest.raises(ParameterError, match="epoch: unknown parameter"):
-        validate_parameters(given_parameters(namespace, names_before))
-    # run again from the parameters cell on (the names already existed): still every known parameter
-    assert given_parameters({**namespace, "epoch": 3}, set(namespace) - {"epoch"}) == {
+        RunConfig.of(given_parameters(namespace, bound_before))
+    # run again from the parameters cell on (the names already existed, holding the same values): still every
+    # known parameter, and the unknown one
+    assert given_parameters({**namespace, "epoch": 3}, {**namespace, "epoch": 2}) == {
         **DEFAULT_PARAMETERS, "epoch": 3}
 
 
-def test_the_runner_refuses_unknown_parameters_before_executing(tmp_path):
+def test_the_command_line_refuses_a_bad_configuration_before_any_job(tmp_path):
+    """make_jobs builds each job's RunConfig, the one validation of the command line's values: a bad one is
+    refused naming it, before any folder exists; the runner takes the jobs' configurations as they are."""
+    rows = select_rows(read_paper_tables(), tables=[4], weights=["binary"])
+    with pytest.raises(ParameterError, match="mask_reading='partial': choose 'absent'"):
+        make_jobs(rows, TINY, "sampled", tmp_path / "runs", mask_reading="partial")
+    with pytest.raises(ParameterError, match="real_update='authors-1999': choose one of"):
+        make_jobs(rows, TINY, "sampled", tmp_path / "runs", real_update="authors-1999")
+    assert not (tmp_path / "runs").exists()
     job = tiny_job(tmp_path / "runs")
-    job["parameters"]["epoch"] = 3
-    outcome = run_job(job)
-    assert outcome["status"] == "failed" and "epoch: unknown parameter" in outcome["error"], outcome
-    assert not Path(job["output_dir"]).exists()
+    assert isinstance(job["config"], RunConfig) and notebook_parameters(job) == job["config"].parameters()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -398,11 +402,11 @@ def test_a_finished_result_beside_a_shorter_checkpoint_is_inconsistent(partial_r
     """Even with epochs_done and the planned epochs edited to match, the checkpoint's history says otherwise."""
     job, out = partial_run
     edit_result(out, lambda r: (r.update(finished=True), r["parameters"].update(epochs=1)))
-    job["parameters"]["epochs"] = 1
+    job["config"] = job["config"].replace(epochs=1)
     assert job_state(job).state == "finished"  # consistent: a run of 1 epoch that finished
     edit_result(out, lambda r: (r.update(epochs_done=2), r["history"].append({**r["history"][0], "epoch": 2}),
                                 r["parameters"].update(epochs=2)))
-    job["parameters"]["epochs"] = 2
+    job["config"] = job["config"].replace(epochs=2)
     state = job_state(job)
     assert state.state == "inconsistent" and "epochs_done: result.json finished after 2, checkpoint.npz holds 1 " \
         "epochs" in state.problems, state
@@ -510,7 +514,7 @@ def finished_run(tmp_path, tiny_data):
     beside it, and its checkpoint still there (as a runner killed before removing it leaves it)."""
     job = tiny_job(tmp_path / "runs")
     out = train_in_process(job, tiny_data, TINY["epochs"], n_train_eval=TINY["n_train"])
-    recorder = EpochRecorder(out, job["parameters"], out / CHECKPOINT_FILE, echo=lambda *_: None)
+    recorder = EpochRecorder(out, job["config"], out / CHECKPOINT_FILE, echo=lambda *_: None)
     result = recorder.write(recorder.history, finished=True)
     (out / EXECUTED_FILE).write_text(json.dumps(printed_notebook(result)))
     return job, out
@@ -543,7 +547,7 @@ def _edit_protocol(r):
 
 
 def _edit_protocol_and_parameters(r):  # a record consistent in itself: only the checkpoint or notebook can tell
-    r["parameters"]["n_train"] = None
+    r["config"] = r["config"].replace(n_train=None)
     r.update(n_train_images=60000, train_error_images=10000)
 
 
@@ -611,7 +615,7 @@ def test_papermill_into_a_finished_run_refuses_before_any_work(finished_run):
     assert info.value.ename == "FinishedRunError", info.value
     assert str(out) in info.value.evalue and "epochs: 2 there, 1 here" in info.value.evalue
     assert "n_train: 300 there, 1000 here" in info.value.evalue
-    same = {k: v for k, v in job["parameters"].items() if k != "output_dir"}
+    same = {k: v for k, v in job["config"].parameters().items() if k != "output_dir"}
     with pytest.raises(papermill.PapermillExecutionError) as info:
         execute({**same, "output_dir": str(out)}, out.parent / "same.ipynb")
     assert info.value.ename == "FinishedRunError" and "nothing to do" in info.value.evalue, info.value
@@ -696,7 +700,7 @@ def test_parameters_starting_with_an_underscore_are_refused():
     modules = {"folder": reproduction.folder}
     namespace = {**modules, "_": None, "__": None, "_i": "", "_ii": "", "_i7": "", "_7": 1, "_oh": {}, "_dh": [],
                  **DEFAULT_PARAMETERS, "_epochs": 3}
-    given = given_parameters(namespace, set(modules))
+    given = given_parameters(namespace, modules)
     assert given == {**DEFAULT_PARAMETERS, "_epochs": 3}
     with pytest.raises(ParameterError, match="_epochs: unknown parameter"):
         validate_parameters(given)
@@ -711,7 +715,7 @@ def test_the_output_folder_and_its_messages_are_absolute(tmp_path, monkeypatch):
     assert out == (tmp_path / "runs" / "x") and out.is_absolute()
     (out / CHECKPOINT_FILE).write_bytes(b"PK\x03\x04 half a zip file")
     with pytest.raises(ebp_checkpoint.CheckpointError) as info:
-        EpochRecorder(out, validate_parameters({}), out / CHECKPOINT_FILE)
+        EpochRecorder(out, RunConfig(), out / CHECKPOINT_FILE)
     assert str(tmp_path / "runs" / "x" / CHECKPOINT_FILE) in str(info.value) and "../" not in str(info.value)
 
 
