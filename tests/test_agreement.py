@@ -93,8 +93,8 @@ def test_ebp_d_rounding_and_not_converged_are_computed(rows):
 def test_a_run_too_short_for_a_trend_is_never_called_not_converged(rows):
     """The quick profile's 3 epochs fall steeply by construction: no 40-epoch slope is quoted for them."""
     d_row = cell_row(rows, 2, "B-EBP-D", "[800,800]")
-    result = run(d_row, None, curve=[0.60, 0.45, 0.30])  # 150 points per 10 epochs, far above the paper's 27.06
-    found = agreement.mechanisms(d_row, rows, {"main": cells_of(rows, [result])})
+    runs = [run(d_row, None, seed=s, curve=[0.60, 0.45, 0.30 + d]) for s, d in enumerate(SPREAD)]  # far above 27.06
+    found = agreement.mechanisms(d_row, rows, {"main": cells_of(rows, runs)})
     assert not [m for m in found if "not converged" in m], found
 
 
