@@ -26,7 +26,7 @@ import statistics
 
 from reproduction import band as rule
 from reproduction.plots import label_points, trend
-from reproduction.results import OUTSIDE_MARK, binomial_se, cell_key, finished_errors, paper_band
+from reproduction.results import OUTSIDE_MARK, binomial_se, cell_key, finished_errors, paper_band, table_cells
 
 SLOPE_STILL_FALLING = 0.1   # points per 10 epochs: beyond the epoch-to-epoch noise of a settled curve
 OTHER_VARIANT = {("main", 3): "Table 3 analytic", ("Table 3 analytic", 3): "main",
@@ -116,6 +116,15 @@ def mechanisms(row: dict, rows: list[dict], variants: dict, variant: str = "main
             found.append(f"not converged at epoch {cell.pooled[0]['epochs_done']}: still falling by "
                          f"{-slope:.2f} points per 10 epochs over the last 40")
     return found
+
+
+def update_variants(rows: list[dict], results_list: list[dict], profile: str) -> dict:
+    """{name: cells} of every UPDATE_VARIANTS entry (results.table_cells of its update and mask reading); a variant
+    of the held reading holds Table 4's cells only: the other tables have no masks, so their cells are the
+    absent variant's."""
+    return {name: table_cells([r for r in rows if masks != "held" or r["table"] == 4], results_list, profile,
+                              "sampled", masks, update)
+            for name, (update, masks, _) in UPDATE_VARIANTS.items()}
 
 
 def authors_variant(weights: str, variant: str) -> str | None:
@@ -282,9 +291,26 @@ def _update_table(rows: list[dict], variants: dict, beside: str, present: list[s
                 inside = sum(not b["outside"] for _, b in pairs), sum(not a["outside"] for a, _ in pairs)
                 lines.append(f"- {v}, {label} ({len(pairs)} cells): ours − paper {other:+.2f} on average "
                              f"({spec} {before:+.2f}); the paper's number within the band in {inside[0]} of "
-                             f"{len(pairs)} ({spec} {inside[1]}).")
+                             f"{len(pairs)} ({spec} {inside[1]}).{_paired_line(variants, beside, v, keys, label)}")
     lines += _gap_lines(rows, variants, beside, present, spreads)
     return "\n".join(lines)
+
+
+def _paired_line(variants: dict, beside: str, variant: str, keys: list, label: str) -> str:
+    """' Paired with the spec's run of the same seed (...): variant − spec = d ± h over n runs.' over the finished
+    cells of row `label`, each seed of the variant against the spec's run of that seed (the same initial weights and
+    example order), h the t half-width of the mean difference (band.half_width); '' without two such pairs."""
+    d = []
+    for key in (k for k in keys if k[1] == label):
+        a, b = variants[beside].get(key), variants[variant].get(key)
+        if a is not None and b is not None and a.finished and b.finished:
+            d += rule.paired_spread(dict(zip(a.seeds, a.errors)), dict(zip(b.seeds, b.errors)))[0]
+    if len(d) < 2:
+        return ""
+    spread = rule.Spread(statistics.stdev(d), len(d) - 1)
+    return (f" Paired with the spec's run of the same seed (the same initial weights and example order): "
+            f"{variant} − spec = {statistics.fmean(d):+.2f} ± {rule.half_width(spread, len(d)):.2f} points "
+            f"({rule.LEVEL:.0%}, {len(d)} runs).")
 
 
 def _gap_lines(rows: list[dict], variants: dict, beside: str, present: list[str], spreads: dict) -> list[str]:
