@@ -22,6 +22,7 @@ from ebp_data import Dataset
 from ebp_lib import (
     Network,
     check_data,
+    check_finite_parameters,
     check_rng,
     ebp_step,
     lagged_step,
@@ -51,7 +52,15 @@ class Engine:
     outputs: Callable
 
 
+def _reference_step(net: Network, x, y, rng, step) -> None:
+    check_finite_parameters(net, step)
+    ebp_step(net, x, y, rng, step)
+
+
 def _reference_steps(net: Network, x, y, order, batch_size, rng, step_name) -> None:
+    # An infinite b or h of binary weights gives finite Δ (⟨W⟩ = tanh(inf) = 1, ν = ±1): refused here, as the
+    # float32 engines refuse it, rather than trained on.
+    check_finite_parameters(net, step_name(0))
     stale_h = [layer.h.copy() for layer in net.layers]  # (lagged_step) a call starts from h itself
     for k, start in enumerate(range(0, len(order), batch_size)):
         idx = order[start:start + batch_size]
@@ -83,7 +92,7 @@ def float32_outputs(net: Network):
 
 
 def _reference_engine() -> Engine:
-    return Engine(ebp_step, _reference_steps, _reference_outputs)
+    return Engine(_reference_step, _reference_steps, _reference_outputs)
 
 
 def _fast_engine() -> Engine:
@@ -125,11 +134,22 @@ def train_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int |
     chosen.step(net, x, y, rng, step)
 
 
+def check_finite_images(x: np.ndarray) -> None:
+    """ValueError naming the images that hold NaN/inf: every engine would score them (a NaN output's argmax is
+    class 0), so an error rate would silently include them."""
+    bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
+    if len(bad):
+        raise ValueError(f"{len(bad)} of the {len(x)} images to evaluate hold NaN/inf (rows {bad[:5].tolist()}"
+                         f"{', ...' if len(bad) > 5 else ''}): drop or repair them before evaluating, e.g. "
+                         f"x = x[np.isfinite(x).all(axis=1)] with the same rows of the labels")
+
+
 def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000,
              engine: str = DEFAULT_ENGINE) -> dict[str, float]:
     """Test errors (fractions of x whose argmax output is not the label) of EBP-P and EBP-D, `batch` images at
     a time; engine="fast": the same outputs in float32 (they differ only on near-ties between two classes)."""
     chosen = resolve_engine(engine)
+    check_finite_images(x)
     wrong = np.zeros(2, dtype=np.int64)
     with chosen.outputs(net) as outputs:  # x ↦ (EBP-P, EBP-D)
         for start in range(0, len(x), batch):

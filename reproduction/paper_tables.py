@@ -130,7 +130,7 @@ def check_real_update(rows: list[dict], real_update: str) -> None:
         raise ValueError(f"unknown update {real_update!r}; choose one of {', '.join(UPDATES)}")
     other = sorted({r["weights"] for r in rows if not update_applies(real_update, r["weights"])})
     if other:
-        weights = UPDATES[real_update][0]
+        weights = UPDATES[real_update].weights
         raise ValueError(f"the update {real_update!r} applies to {weights} weights only, but the selection holds "
                          f"{' and '.join(other)}-weight runs: select --weights {weights}")
 
