@@ -140,8 +140,7 @@ def forward(means, biases, seconds, x, input_scales, s: Structure):
 
         μ = (⟨W⟩ν + b)/√N,   σ² = (Σ⟨W²⟩⟨v²⟩ − Σ⟨W⟩²ν² + 1)/N,   ν = erf(μ/√(2σ²)) passed on,
 
-with every σ² frozen (stop_gradient: EBP's gradient holds the variances fixed; no effect on values).
-
+    with every σ² frozen (stop_gradient: EBP's gradient holds the variances fixed; no effect on values).
     `input_scales[k]` multiplies layer k's inputs (None: nothing): a sampled dropout mask in training, the keep
     probability p at test time; ν → ν·m and ⟨v²⟩ → ⟨v²⟩·m² (m² = m for a 0/1 mask). The analytic dropout reading
     scales the image's ν² by ebp_lib.analytic_factor."""
