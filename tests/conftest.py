@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ def slow_reason(nodeid: str, notebook_times: dict, durations: dict) -> str | Non
     """Why the test `nodeid` (relative to the repository root) is marked slow, or None. `notebook_times` is
     outputs/notebook_times.json's "notebooks", `durations` tests/durations.json's "seconds" ({module or test node
     id: idle seconds})."""
+    nodeid = re.sub(r"<module '([\w.]+)' from '[^']*'>", r"<module '\1'>", nodeid)  # ids naming a module by its path
     path = nodeid.split("::")[0]
     if path.endswith(".ipynb"):
         seconds = notebook_times.get(Path(path).name, {}).get("seconds")
