@@ -5,9 +5,9 @@ of the network, its parameters written back).
 Nothing here is needed to read the algorithm: every kernel computes equations that ebp_lib writes in plain numpy,
 REFERENCES names that readable reference for each kernel (PARTS the kernel each helper belongs to), and
 tests/test_kernels.py checks every kernel against its reference on random inputs; tests/test_fast.py compares
-whole epochs with engine="reference". This module reads the network's fields and imports of ebp_lib only
-analytic_factor and check_finite_parameters. The fast engine's evaluation is numpy (BLAS): ebp_train.float32_outputs,
-with EBP-P's float32 σ² fold here (float32_ebp_p, a kernel of REFERENCES too).
+whole epochs with engine="reference". This module imports nothing of ebp_lib (it reads the network's fields and
+properties), so that the kernel files sit below the maths. The fast engine's evaluation is numpy (BLAS):
+ebp_train.float32_outputs, with EBP-P's float32 σ² fold here (float32_ebp_p, a kernel of REFERENCES too).
 
 How the compiled epoch differs from the reference (the same equations, docs/maths.md §Forward pass to §Update):
 - the forward pass of step t+1 needs only layer l's updated weights and layer l−1's new outputs, so each layer's
@@ -33,8 +33,6 @@ import numba
 import numpy as np
 from numba.typed import List
 from scipy import special
-
-from ebp_lib import analytic_factor, check_finite_parameters
 
 FAST_DTYPE = np.float32
 # fastmath without 'nnan'/'ninf': LLVM may vectorise and reassociate, but NaN and inf keep their meaning (a NaN
@@ -535,7 +533,7 @@ def float32_ebp_p(net32, moments: list, x) -> np.ndarray:
         σ²·N = Σ mask⟨v²⟩ + 1 − Σ ⟨W⟩²·m2_factor,   m2_factor = ν² (binary) or ν² − ⟨v²⟩ (real)."""
     nu = x.astype(np.float32)
     v2 = nu * nu
-    nu2 = analytic_factor(net32.keep) * v2 if net32.dropout == "analytic" else v2
+    nu2 = net32.analytic_factor * v2 if net32.dropout == "analytic" else v2
     extra_variance = net32.real_update_parts.extra_variance
     for k, (layer, (w_mean, w_mean2, mask)) in enumerate(zip(net32.layers, moments)):
         if net32.dropout == "sampled":  # test time: the weights scaled by p
@@ -576,7 +574,7 @@ def working_copy(net, columns) -> FastNet:
         normaliser=List([layer.normaliser.astype(FAST_DTYPE) for layer in net.layers]),
         inv_sqrt_normaliser=List([(1.0 / np.sqrt(layer.normaliser)).astype(FAST_DTYPE) for layer in net.layers]),
         binary=net.weights == "binary", dropout=DROPOUT_CODES[net.dropout], keep=float(net.keep),
-        analytic=FAST_DTYPE(analytic_factor(net.keep)), through_updated=net.real_update_parts.through_updated,
+        analytic=FAST_DTYPE(net.analytic_factor), through_updated=net.real_update_parts.through_updated,
         extra_variance=net.real_update_parts.extra_variance, lagged=net.real_update_parts.lagged)
 
 
@@ -591,14 +589,13 @@ def train_steps(net, x, y, order, batch_size: int, rng, step_name) -> None:
     """EBP steps over x[order] in minibatches of `batch_size` (ebp_train.train_steps), on a float32 working copy of the
     ebp_lib.Network `net` whose h and b are then written back (unless nothing was done); `rng` draws the sampled
     dropout masks (it may be None without sampled dropout). Raises ebp_lib.backward's FloatingPointError for a
-    non-finite Δ. The compiled loops do not check h and b weight by weight, so they are checked here: a NaN/inf
-    before the call stops it at step 0 (for a NaN the reference's Δ is non-finite there; the reference trains on
-    with an infinite h of binary weights), and one after it (an overflow) leaves the network as it was.
+    non-finite Δ. The compiled loops do not check h and b weight by weight: ebp_train.train_steps refuses a NaN/inf
+    parameter before the call (ebp_lib.check_finite_parameters), and one after it (an overflow) leaves the network
+    as it was.
     step_name(k) names step k in the messages."""
     def where(step):
         return "" if step_name(step) is None else f" at step {step_name(step)}"
 
-    check_finite_parameters(net, step_name(0))
     columns = _used_columns(x, order)
     work = working_copy(net, columns)
     rng = np.random.default_rng(0) if rng is None else rng  # a Generator for the compiled signature; not drawn from

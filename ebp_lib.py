@@ -123,6 +123,11 @@ class Network:
         return UPDATES[self.real_update]
 
     @property
+    def analytic_factor(self) -> float:
+        """1 − 4p(1 − p) of this network's keep probability p (analytic_factor)."""
+        return analytic_factor(self.keep)
+
+    @property
     def lagged_mean(self) -> bool:
         """Whether a training step sees ⟨W⟩ = tanh h one step stale (UPDATES "authors-2015", lagged_step)."""
         return self.real_update_parts.lagged
@@ -294,7 +299,7 @@ def forward(net: Network, x: np.ndarray, train: bool = False, rng=None, hard=())
     """
     nu, v2, nu2 = x, x * x, x * x
     if net.dropout == "analytic":
-        nu2 = analytic_factor(net.keep) * nu2
+        nu2 = net.analytic_factor * nu2
     out = Pass([], [], [], [], [], [])
     extra_variance = net.real_update_parts.extra_variance
     for k, layer in enumerate(net.layers):

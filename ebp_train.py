@@ -52,15 +52,7 @@ class Engine:
     outputs: Callable
 
 
-def _reference_step(net: Network, x, y, rng, step) -> None:
-    check_finite_parameters(net, step)
-    ebp_step(net, x, y, rng, step)
-
-
 def _reference_steps(net: Network, x, y, order, batch_size, rng, step_name) -> None:
-    # An infinite b or h of binary weights gives finite Δ (⟨W⟩ = tanh(inf) = 1, ν = ±1): refused here, as the
-    # float32 engines refuse it, rather than trained on.
-    check_finite_parameters(net, step_name(0))
     stale_h = [layer.h.copy() for layer in net.layers]  # (lagged_step) a call starts from h itself
     for k, start in enumerate(range(0, len(order), batch_size)):
         idx = order[start:start + batch_size]
@@ -92,7 +84,7 @@ def float32_outputs(net: Network):
 
 
 def _reference_engine() -> Engine:
-    return Engine(_reference_step, _reference_steps, _reference_outputs)
+    return Engine(ebp_step, _reference_steps, _reference_outputs)
 
 
 def _fast_engine() -> Engine:
@@ -131,6 +123,7 @@ def train_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int |
     sampled dropout masks. engine="fast" runs the same step in float32 (ebp_fast.py); use train_epoch for speed."""
     chosen = resolve_engine(engine)
     check_rng(net, rng)
+    check_finite_parameters(net, step)
     chosen.step(net, x, y, rng, step)
 
 
@@ -185,7 +178,11 @@ def train_steps(net: Network, x: np.ndarray, y: np.ndarray, order: np.ndarray, b
     def step_name(k):
         return f"{first_step + k} of epoch {epoch + 1} (batch size {batch_size})"
 
-    resolve_engine(engine).steps(net, x, y, order, batch_size, rng, step_name)
+    chosen = resolve_engine(engine)
+    # Every engine refuses a NaN/inf parameter before its first step: an infinite b (or h of binary weights) gives
+    # a finite Δ (⟨W⟩ = tanh(inf) = 1, ν = ±1), so nothing later would stop the reference from training on it.
+    check_finite_parameters(net, step_name(0))
+    chosen.steps(net, x, y, order, batch_size, rng, step_name)
 
 
 def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,

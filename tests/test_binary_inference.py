@@ -43,7 +43,6 @@ def train(architecture, dropout, data, weights="binary"):
     return net
 
 
-@pytest.fixture(scope="module")
 def numba_popcount_sums(layer: eb.PackedLayer, v_words: np.ndarray) -> np.ndarray:
     """popcount_sums by the compiled kernels (int64; a local layer's float32 sums are integers)."""
     sums = eb._hidden_sums(layer, np.ascontiguousarray(v_words), "packed")
@@ -56,6 +55,7 @@ def numba_first_layer_sums(layer: eb.PackedLayer, x: np.ndarray) -> np.ndarray:
                                          "packed")[0].astype(np.float64)
 
 
+@pytest.fixture(scope="module")
 def small_binary_net():
     """An untrained binary net with nonzero biases: enough for the format tests, which need no data."""
     net = ebp.init_network([30, 10], "binary", seed=0)
