@@ -390,17 +390,6 @@ def nonfinite_parameters(net: Network) -> list[str]:
             for name, values in (("h", layer.h), ("b", layer.b)) if not np.isfinite(values).all()]
 
 
-def check_finite_parameters(net: Network, step=None) -> None:
-    """FloatingPointError naming the parameters that hold NaN/inf (and `step`, the first step of a call): Δ is then
-    not finite (NaN) or the update meaningless (an infinite b or h passes ⟨W⟩ = ±1 and ν = ±1 on as if finite)."""
-    bad = nonfinite_parameters(net)
-    if bad:
-        where = f" at step {step}" if step is not None else ""
-        raise FloatingPointError(
-            f"non-finite {bad[0]}{where}: NaN/inf in {', '.join(bad)}, so Δ is not finite (NaN) or the update is "
-            f"meaningless (inf); training stopped before the first update, so the parameters are unchanged")
-
-
 def nonfinite_origin(net: Network, fwd: Pass) -> str:
     """Where a NaN/inf came from: the parameters that hold one, else the first layer (from the input) whose
     forward moments are not finite (the input itself, or an overflow there)."""
