@@ -590,7 +590,7 @@ def train_steps(net, x, y, order, batch_size: int, rng, step_name) -> None:
     ebp_lib.Network `net` whose h and b are then written back (unless nothing was done); `rng` draws the sampled
     dropout masks (it may be None without sampled dropout). Raises ebp_lib.backward's FloatingPointError for a
     non-finite Δ. The compiled loops do not check h and b weight by weight: ebp_train.train_steps refuses a NaN/inf
-    parameter before the call (check_finite_parameters), and one after it (an overflow) leaves the network
+    parameter before the call (ebp_lib.check_finite_parameters), and one after it (an overflow) leaves the network
     as it was.
     step_name(k) names step k in the messages."""
     def where(step):

@@ -348,6 +348,11 @@ def group_epoch(nets: list, x, y, batch_size: int, rngs: list, epoch: int = 0) -
         except FloatingPointError as err:  # _single_steps wrote the last finite step into the net
             errors[i] = err
 
+    for i, net in enumerate(nets):  # as ebp_train.train_steps refuses a run alone
+        try:
+            ebp_lib.check_finite_parameters(net, step_name(0)(0))
+        except FloatingPointError as err:
+            errors[i] = err
     for first, steps in calls(n_steps, nets[0].dropout == "sampled"):
         live = [i for i, error in enumerate(errors) if error is None]
         idx = [orders[i][first * batch_size:(first + steps) * batch_size] for i in live]

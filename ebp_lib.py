@@ -23,14 +23,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-from ebp_checkpoint import (
-    NETWORK_FORMAT,
-    CheckpointError,
-    float32_if_exact,
-    open_checkpoint,
-    upgrade_network_meta,
-    write_checkpoint,
-)
+import ebp_checkpoint
+from ebp_checkpoint import CheckpointError, float32_if_exact, open_checkpoint, write_checkpoint
 
 # ----------------------------------------------------------------------------------------------------------
 # Model: the mean-field posterior of every weight, and the architecture (docs/maths.md §Notation,
@@ -390,6 +384,17 @@ def nonfinite_parameters(net: Network) -> list[str]:
             for name, values in (("h", layer.h), ("b", layer.b)) if not np.isfinite(values).all()]
 
 
+def check_finite_parameters(net: Network, step=None) -> None:
+    """FloatingPointError naming the parameters that hold NaN/inf (and `step`, the first step of a call): Δ is then
+    not finite (NaN) or the update meaningless (an infinite b or h passes ⟨W⟩ = ±1 and ν = ±1 on as if finite)."""
+    bad = nonfinite_parameters(net)
+    if bad:
+        where = f" at step {step}" if step is not None else ""
+        raise FloatingPointError(
+            f"non-finite {bad[0]}{where}: NaN/inf in {', '.join(bad)}, so Δ is not finite (NaN) or the update is "
+            f"meaningless (inf); training stopped before the first update, so the parameters are unchanged")
+
+
 def nonfinite_origin(net: Network, fwd: Pass) -> str:
     """Where a NaN/inf came from: the parameters that hold one, else the first layer (from the input) whose
     forward moments are not finite (the input itself, or an overflow there)."""
@@ -541,7 +546,7 @@ def save_network(path, net: Network, **meta) -> None:
     arrays = {}
     for k, layer in enumerate(net.layers):
         arrays[f"h{k}"], arrays[f"b{k}"] = float32_if_exact(layer.h), float32_if_exact(layer.b)
-    write_checkpoint(path, arrays, {"format": NETWORK_FORMAT, "config": network_config(net), **meta})
+    write_checkpoint(path, arrays, {"format": ebp_checkpoint.NETWORK_FORMAT, "config": network_config(net), **meta})
 
 
 def stored_shapes(config: dict) -> dict[str, tuple]:
@@ -562,8 +567,7 @@ def load_network(path) -> tuple[Network, dict]:
     recorded architecture (missing, extra, of another shape or not floating point: a wrong-shaped h would
     otherwise be broadcast into the network); then for non-finite values, or weights outside a unit's block."""
     with open_checkpoint(path) as (meta, arrays, stored):
-        meta = upgrade_network_meta(meta, path)
-        del meta["format"]
+        meta = {k: v for k, v in ebp_checkpoint.upgrade_network_meta(meta, path).items() if k != "format"}
         config = meta.pop("config")
         try:
             expected = stored_shapes(config)

@@ -22,12 +22,12 @@ from ebp_data import Dataset
 from ebp_lib import (
     Network,
     check_data,
+    check_finite_parameters,
     check_rng,
     ebp_step,
     lagged_step,
     load_network,
     network_config,
-    nonfinite_parameters,
     output_ebp_d,
     output_ebp_p,
     save_network,
@@ -116,17 +116,6 @@ def resolve_engine(name) -> Engine:
 # ----------------------------------------------------------------------------------------------------------
 # Steps and evaluation on an engine
 # ----------------------------------------------------------------------------------------------------------
-
-def check_finite_parameters(net: Network, step=None) -> None:
-    """FloatingPointError naming the parameters that hold NaN/inf (and `step`, the first step of a call): Δ is then
-    not finite (NaN) or the update meaningless (an infinite b or h passes ⟨W⟩ = ±1 and ν = ±1 on as if finite)."""
-    bad = nonfinite_parameters(net)
-    if bad:
-        where = f" at step {step}" if step is not None else ""
-        raise FloatingPointError(
-            f"non-finite {bad[0]}{where}: NaN/inf in {', '.join(bad)}, so Δ is not finite (NaN) or the update is "
-            f"meaningless (inf); training stopped before the first update, so the parameters are unchanged")
-
 
 def train_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int | None = None,
                engine: str = DEFAULT_ENGINE) -> None:
