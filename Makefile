@@ -37,7 +37,8 @@ DATASET ?= mnist
 RUNS_DIR ?= outputs/runs
 RUNS_PATH := $(abspath $(RUNS_DIR))
 
-.PHONY: reproduce lab demo benchmark binary-benchmark backprop verify test test-portability time-notebooks venv clean-venv
+.PHONY: reproduce lab demo benchmark binary-benchmark backprop verify test test-fast test-portability time-notebooks venv \
+	clean-venv
 
 # scripts/reproduce.py: scripts/run_tables.py, then the tables notebook rendered from whatever finished (also when
 # runs failed), then where the tables and the figure are; its exit status is the runs'.
@@ -83,12 +84,16 @@ binary-benchmark: $(STAMP)
 		$(BINARY_BENCHMARK_ARGS)
 
 # Serial by default. `make test PYTEST_ARGS="-n 2 --dist loadfile"` runs two pytest-xdist workers (loadfile keeps
-# each notebook's cells on one worker and kernel; plain -n 2 would split a notebook across workers). Measured on
-# this 2-core machine under heavy outside load: 229 passed both ways, 387 s serial vs 293 s with -n 2, the same
-# CPU time (about 135 s user+sys), so on an idle machine the gain is at most about a minute, not worth doubling memory and
-# racing the timing-sensitive kill-and-resume test against a second worker.
+# each notebook's cells on one worker and kernel; plain -n 2 would split a notebook across workers). On two cores
+# both ways take the same CPU time, so workers gain little wall time there, double the memory and race the
+# timing-sensitive kill-and-resume test against a second worker.
 test: lint
 	$(THREADS_ENV) $(PYTHON) -m pytest --durations=15 $(PYTEST_ARGS)
+
+# While working: the unit tests and notebooks that are not marked slow (tests/conftest.py: notebooks from
+# outputs/notebook_times.json, tests from tests/durations.json), a few minutes on two idle cores. CI runs `make test`.
+test-fast: lint
+	$(THREADS_ENV) $(PYTHON) -m pytest -m "not slow" --durations=15 $(PYTEST_ARGS)
 
 # ruff with the rules of pyproject.toml, over the code, the tests and the notebooks (make test runs it first).
 lint: $(STAMP)
@@ -135,6 +140,7 @@ define HELP
 make TARGET, where TARGET is one of (all but help and clean-venv first set up .venv from requirements.txt):
   reproduce         regenerate Tables 2-4 (PROFILE=quick|paper, DATASET=mnist|fashion-mnist) and render them
   test              the whole test suite: tests/ and every notebook through nbval (the README's test command)
+  test-fast         the tests and notebooks not marked slow, for working (a few minutes; CI runs make test)
   book              the notebooks and docs/maths.md as an HTML book, offline: .cache/book/_build/html/index.html
   lab               JupyterLab on notebooks/
   demo              one short training run

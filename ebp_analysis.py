@@ -25,10 +25,8 @@ from ebp_lib import (
     forward,
     hard_sign,
     lagged_step,
-    layer_moments,
     log_phi_ratio,
     sign_network,
-    unit_mean,
     weight_moments,
 )
 from ebp_train import DEFAULT_ENGINE, check_training, evaluate, train_steps
@@ -209,12 +207,7 @@ def partly_hard_outputs(net: Network, x: np.ndarray, hard=()) -> np.ndarray:
     hard = set(hard)
     if not hard <= set(range(1, len(net.layers))):
         raise ValueError(f"hard={sorted(hard)}: hidden layers are numbered 1..{len(net.layers) - 1}")
-    nu, v2, nu2 = x, x * x, x * x
-    for k, layer in enumerate(net.layers, start=1):
-        mu, sigma2, _ = layer_moments(layer, net.weights, nu, v2, nu2)
-        nu = hard_sign(mu) if k in hard else unit_mean(mu, sigma2)
-        v2, nu2 = None, nu * nu
-    return nu
+    return forward(net, x, hard=hard).nu[-1]
 
 
 def hidden_sign_disagreement(net: Network, x: np.ndarray) -> list[float]:

@@ -55,7 +55,7 @@ from ebp_lib import ebp_d_parameters, local_mask
 
 WORD_BITS = 64
 INFERENCE_ENGINES = ("numpy", "numba", "blas", "auto")  # output_sums(engine=...)
-METHODS = ("packed", "blas")  # what "auto" chooses between, per layer
+LAYER_METHODS = ("packed", "blas")  # what "auto" chooses between, per layer
 UNIT_ROUNDOFF = np.finfo(np.float64).eps / 2  # u = 2^-53
 UNIT_ROUNDOFF32 = float(np.finfo(np.float32).eps) / 2  # 2^-24
 NEAR_TIE_SAFETY = 16  # the float64 tolerance is this many times (K + 2)·u·(p·Σ|x| + |b|), several times the bounds
@@ -511,7 +511,7 @@ def calibrate(packed: PackedNetwork, x=None, batch_sizes=CALIBRATION_BATCHES, re
                 data = pack_bits(rng.random((batch, layer.n_inputs)) < 0.5)
             last = k == len(packed.layers) - 1
             row = {}
-            for method in METHODS:
+            for method in LAYER_METHODS:
                 _layer_step(packed, k, layer, data, method, last, {"near_ties": 0, "rechecked": 0})  # compile, warm
                 seconds = []
                 for _ in range(repeats):
@@ -531,7 +531,7 @@ def calibrate(packed: PackedNetwork, x=None, batch_sizes=CALIBRATION_BATCHES, re
 # The compiled engines: working copies for ebp_binary_kernels, each layer by its method, near-ties decided exactly
 # ----------------------------------------------------------------------------------------------------------
 
-def _work(layer: PackedLayer, name: str) -> np.ndarray:
+def work_array(layer: PackedLayer, name: str) -> np.ndarray:
     """A working copy of the layer's weights for a compiled kernel or BLAS, made on first use and kept on it:
     signs_t / connected_t (word, unit) and plus_t / minus_t / unit_span (byte, unit) for the dense kernels, patch32
     (block, block, unit) float32 for the local kernel, dense8 (V, K) int8 for the float64 recheck, dense32 (V, K)
@@ -577,7 +577,7 @@ def _ties_to_words(layer: PackedLayer, x: np.ndarray, scale: float, near: np.nda
         return
     tolerance = NEAR_TIE_SAFETY * (layer.n_inputs + 2) * UNIT_ROUNDOFF
     near = np.ascontiguousarray(near, dtype=np.int64)
-    left = kernels.recheck_kernel(x, _work(layer, "dense8"), layer.b, scale, tolerance, near, len(near), words)
+    left = kernels.recheck_kernel(x, work_array(layer, "dense8"), layer.b, scale, tolerance, near, len(near), words)
     tally["rechecked"] += len(near)
     tally["near_ties"] += left
     for n, unit in near[:left]:
@@ -593,15 +593,15 @@ def _first_layer_sums_compiled(layer: PackedLayer, x: np.ndarray, method: str) -
     (float64) or patch sums (float32) for "packed", a float32 product with the ±1 weights for "blas"."""
     if method == "blas":
         with np.errstate(over="ignore", invalid="ignore"):  # huge inputs: the threshold recomputes them in float64
-            return x.astype(np.float32) @ _work(layer, "dense32").T, UNIT_ROUNDOFF32
+            return x.astype(np.float32) @ work_array(layer, "dense32").T, UNIT_ROUNDOFF32
     if layer.local is not None:
         out = np.empty((len(x), layer.n_units), dtype=np.float32)
         side = layer.local[0]
-        kernels.local_sums_kernel(x.reshape(len(x), side, side), _work(layer, "patch32"), out)
+        kernels.local_sums_kernel(x.reshape(len(x), side, side), work_array(layer, "patch32"), out)
         return out, UNIT_ROUNDOFF32
     out = np.empty((len(x), layer.n_units))
-    kernels.first_layer_sums_kernel(x, _work(layer, "plus_t"), _work(layer, "minus_t"), layer.connected is not None,
-                                    _work(layer, "unit_span"), out)
+    kernels.first_layer_sums_kernel(x, work_array(layer, "plus_t"), work_array(layer, "minus_t"), layer.connected is not None,
+                                    work_array(layer, "unit_span"), out)
     return out, UNIT_ROUNDOFF
 
 
@@ -630,15 +630,15 @@ def _first_layer_words(layer: PackedLayer, x: np.ndarray, scale: float, method: 
 def _hidden_sums(layer: PackedLayer, v_words: np.ndarray, method: str) -> np.ndarray:
     """Σ W v of a layer on packed ±1 inputs by `method`: exact integers (int64, or float32 below 2^24)."""
     if method == "blas":
-        return _pm1(v_words, layer.n_inputs) @ _work(layer, "dense32").T
+        return _pm1(v_words, layer.n_inputs) @ work_array(layer, "dense32").T
     if layer.local is not None:
         side = layer.local[0]
         out = np.empty((len(v_words), layer.n_units), dtype=np.float32)
         kernels.local_sums_kernel(_pm1(v_words, layer.n_inputs).reshape(len(v_words), side, side),
-                                  _work(layer, "patch32"), out)
+                                  work_array(layer, "patch32"), out)
         return out
     out = np.empty((len(v_words), layer.n_units), dtype=np.int64)
-    kernels.popcount_sums_kernel(_work(layer, "signs_t"), _work(layer, "connected_t"), layer.connected is not None,
+    kernels.popcount_sums_kernel(work_array(layer, "signs_t"), work_array(layer, "connected_t"), layer.connected is not None,
                                  layer.fan_in, v_words, out)
     return out
 
@@ -655,14 +655,14 @@ def _layer_step(packed: PackedNetwork, k: int, layer: PackedLayer, data: np.ndar
     dense_packed = method == "packed" and layer.local is None  # the common case: one kernel does it all
     if last and dense_packed:
         out = np.empty((len(data), layer.n_units))
-        kernels.output_layer_kernel(_work(layer, "signs_t"), _work(layer, "connected_t"), layer.connected is not None,
+        kernels.output_layer_kernel(work_array(layer, "signs_t"), work_array(layer, "connected_t"), layer.connected is not None,
                                     layer.fan_in, layer.b, p, data, out)
         return out
     if last:
         return p * _hidden_sums(layer, data, method).astype(np.float64) + layer.b
     out = np.zeros((len(data), n_words(layer.n_units)), dtype=np.uint64)
     if dense_packed:
-        kernels.hidden_layer_kernel(_work(layer, "signs_t"), _work(layer, "connected_t"), layer.connected is not None,
+        kernels.hidden_layer_kernel(work_array(layer, "signs_t"), work_array(layer, "connected_t"), layer.connected is not None,
                                     layer.fan_in, layer.b, p, data, out)
     else:
         kernels.sign_words_kernel(_hidden_sums(layer, data, method), layer.b, p, out)
@@ -677,21 +677,10 @@ def _compiled_forward(packed: PackedNetwork, x: np.ndarray, methods: list[str], 
     return data
 
 
-def _numba_popcount_sums(layer: PackedLayer, v_words: np.ndarray) -> np.ndarray:
-    """popcount_sums by the compiled kernels (int64; a local layer's float32 sums are integers)."""
-    sums = _hidden_sums(layer, np.ascontiguousarray(v_words), "packed")
-    return sums if sums.dtype == np.int64 else np.rint(sums).astype(np.int64)
-
-
-def _numba_first_layer_sums(layer: PackedLayer, x: np.ndarray) -> np.ndarray:
-    """A first layer's sums by its packed kernel (float64 byte tables, or float32 patch sums), as float64."""
-    return _first_layer_sums_compiled(layer, np.ascontiguousarray(x, dtype=np.float64), "packed")[0].astype(np.float64)
-
-
-def _numba_first_layer_words(layer: PackedLayer, x: np.ndarray, scale: float, method: str = "packed"
+def compiled_first_layer_words(layer: PackedLayer, x: np.ndarray, scale: float, method: str = "packed"
                              ) -> tuple[np.ndarray, int]:
-    """The first hidden layer's units packed as words by the compiled engine, and the near-ties decided by the
-    exact sum."""
+    """The first hidden layer's units packed as words by the compiled engine (`method` of layer_methods), and the
+    number of near-ties decided by the exact sum."""
     tally = {"near_ties": 0, "rechecked": 0}
     words = _first_layer_words(layer, np.ascontiguousarray(x, dtype=np.float64), scale, method, tally)
     return words, tally["near_ties"]

@@ -130,11 +130,45 @@ def array_headers(npz) -> dict[str, tuple[tuple, np.dtype, int]]:
     return out
 
 
-def read_network_meta(path) -> dict:
-    """The metadata saved with a network (for a checkpoint: run, history, RNG state), without the weights.
-    Raises CheckpointError for an empty, truncated or corrupt file, naming it."""
-    with open_checkpoint(path) as (meta, _, _):
+# ----------------------------------------------------------------------------------------------------------
+# Saved networks (ebp_lib.save_network): the metadata's format, one upgrader for older ones
+# ----------------------------------------------------------------------------------------------------------
+
+NETWORK_FORMAT = 2  # the version of a saved network's metadata that save_network writes and every reader receives
+# Format 1 (no "format" in the metadata): a network's configuration left out each of these at its default value.
+FORMAT_1_DEFAULTS = {"mask_reading": "absent", "real_update": "spec"}
+
+
+def upgrade_network_meta(meta: dict, path) -> dict:
+    """A saved network's metadata of an older format as the current one (NETWORK_FORMAT): the only place that knows
+    older formats; every reader gets the current one (read_network_meta, ebp_lib.load_network). Format 1: the
+    network's configuration (`config`, and a checkpoint's `run.network`) gains the settings it left out at their
+    defaults (FORMAT_1_DEFAULTS). CheckpointError naming `path` for a format newer than this code's, or unknown."""
+    version = meta.get("format", 1)
+    if isinstance(version, int) and not isinstance(version, bool) and version > NETWORK_FORMAT:
+        raise CheckpointError(f"{path}: this network was saved by a newer version of the project (format {version}; "
+                              f"this code reads up to {NETWORK_FORMAT}); it is left alone: update the code (git pull) "
+                              f"to read it")
+    if version == NETWORK_FORMAT:
         return meta
+    if version != 1:
+        raise CheckpointError(f"{path}: format {version!r} is not a saved-network format this code reads "
+                              f"({NETWORK_FORMAT}, or 1)")
+    meta = {"format": NETWORK_FORMAT, **meta}
+    for holder in (meta, meta.get("run")):
+        if isinstance(holder, dict):
+            key = "config" if holder is meta else "network"
+            if isinstance(holder.get(key), dict):
+                holder[key] = {**holder[key], **{k: v for k, v in FORMAT_1_DEFAULTS.items() if k not in holder[key]}}
+    return meta
+
+
+def read_network_meta(path) -> dict:
+    """The metadata saved with a network (for a checkpoint: run, history, RNG state), without the weights, in the
+    current format (upgrade_network_meta). Raises CheckpointError for an empty, truncated or corrupt file, or one of
+    a newer format, naming it."""
+    with open_checkpoint(path) as (meta, _, _):
+        return upgrade_network_meta(meta, path)
 
 
 def check_same_run(path, meta: dict, wanted: dict) -> None:

@@ -527,7 +527,8 @@ def algorithm1_variant(net: Network, fwd: Pass, y: np.ndarray, factor_two: bool 
       factor_two=False          drops the 2 of dν/dμ = 2N(0|μ,σ²) in the hidden Δ;
       use_nu=False              multiplies the h increment by μ_{j,l−1} instead of ν_{j,l−1} (x at layer 1);
       bias_in_normaliser=False  divides by sqrt(K) instead of sqrt(N) = sqrt(K + 1) in the backward pass.
-    All True is ebp_lib's backward/increments; all False is paper_printed_deltas/increments. Fully connected
+    All True is ebp_lib's backward/increments; all False is the printed Δ and increments on a sqrt(K+1) forward
+    pass (tests/test_engine.py). Fully connected
     networks without dropout masks only."""
     norm = [np.sqrt(layer.normaliser if bias_in_normaliser else layer.normaliser - 1) for layer in net.layers]
     deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
@@ -539,23 +540,6 @@ def algorithm1_variant(net: Network, fwd: Pass, y: np.ndarray, factor_two: bool 
         prev = fwd.inputs[k] if (use_nu or k == 0) else fwd.mu[k - 1]
         incs.append((delta / norm[k]).T @ prev)
     return deltas, incs
-
-
-def paper_printed_deltas(net: Network, fwd: Pass, y: np.ndarray) -> list[np.ndarray]:
-    """Δ of the printed backward pass (no factor 2 in the hidden Δ, sqrt(K) in place of sqrt(K+1)) on a forward pass
-    `fwd` that divides by sqrt(K+1): the printed misprints plus a mismatch of the passes. The printed algorithm on
-    its own sqrt(K) forward pass is algorithm1_step(net, x, y, **MISPRINTS["as printed"]). Kept for the tests."""
-    return algorithm1_variant(net, fwd, y, factor_two=False, use_nu=False, bias_in_normaliser=False)[0]
-
-
-def paper_printed_increments(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> list[np.ndarray]:
-    """h increments as Algorithm 1 prints them (μ_{j,l−1} in place of ν_{j,l−1}, the image x at the first layer, and
-    sqrt(K) in place of sqrt(K+1)), on a sqrt(K+1) forward pass `fwd`, as paper_printed_deltas."""
-    out = []
-    for k, (layer, delta) in enumerate(zip(net.layers, deltas)):
-        prev = fwd.inputs[0] if k == 0 else fwd.mu[k - 1]
-        out.append((delta / np.sqrt(layer.normaliser - 1)).T @ prev)
-    return out
 
 
 # Each misprint of the printed Algorithm 1 alone, the harmless √K convention, and the whole printed algorithm, as

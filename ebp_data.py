@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import warnings
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,10 @@ def find_data_files(dataset: str = "mnist", data_dir=None, download: bool = True
         download = False
     else:
         folders = [Path(os.environ[DATA_ENV_VAR]) / dataset] if os.environ.get(DATA_ENV_VAR) else []
+        if folders and not folders[0].is_dir():  # a mistyped variable would otherwise fall back silently
+            warnings.warn(f"{DATA_ENV_VAR}={os.environ[DATA_ENV_VAR]} has no folder {folders[0]}: looking in the "
+                          f"cache {CACHE_DIR / dataset}{' and downloading' if download else ''} instead; set "
+                          f"{DATA_ENV_VAR} to the folder that holds '{dataset}/'", stacklevel=2)
         folders.append(CACHE_DIR / dataset)
     found, missing, errors = {}, [], []
     for name, md5 in DATASETS[dataset]["md5"].items():

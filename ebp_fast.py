@@ -5,9 +5,9 @@ of the network, its parameters written back).
 Nothing here is needed to read the algorithm: every kernel computes equations that ebp_lib writes in plain numpy,
 REFERENCES names that readable reference for each kernel (PARTS the kernel each helper belongs to), and
 tests/test_kernels.py checks every kernel against its reference on random inputs; tests/test_fast.py compares
-whole epochs with engine="reference". This module imports nothing of ebp_lib (it reads the network's fields),
-so ebp_lib can resolve its engines without an import cycle. The fast engine's evaluation is numpy (BLAS):
-ebp_train.float32_outputs, with EBP-P's float32 σ² fold here (float32_ebp_p).
+whole epochs with engine="reference". This module imports nothing of ebp_lib (it reads the network's fields and
+properties), so that the kernel files sit below the maths. The fast engine's evaluation is numpy (BLAS):
+ebp_train.float32_outputs, with EBP-P's float32 σ² fold here (float32_ebp_p, a kernel of REFERENCES too).
 
 How the compiled epoch differs from the reference (the same equations, docs/maths.md §Forward pass to §Update):
 - the forward pass of step t+1 needs only layer l's updated weights and layer l−1's new outputs, so each layer's
@@ -43,11 +43,11 @@ _LOG_SQRT_2_OVER_PI = 0.5 * math.log(2.0 / math.pi)
 NO_DROPOUT, ANALYTIC, SAMPLED = 0, 1, 2  # net.dropout inside the compiled code
 DROPOUT_CODES = {None: NO_DROPOUT, "analytic": ANALYTIC, "sampled": SAMPLED}
 
-# Each compiled kernel and the readable function whose equations it computes (tests/test_kernels.py checks every
-# pair on random inputs).
+# Each kernel (compiled, or numpy arranged for speed) and the readable function whose equations it computes
+# (tests/test_kernels.py checks every pair on random inputs).
 REFERENCES = {
-    "_tanh32": "numpy.tanh",                          # ⟨W⟩ of a binary weight (ebp_lib.weight_moments)
-    "_erf32": "scipy.special.erf",                    # ν = erf(μ/sqrt(2σ²)) (ebp_lib.unit_mean)
+    "tanh32": "numpy.tanh",                          # ⟨W⟩ of a binary weight (ebp_lib.weight_moments)
+    "erf32": "scipy.special.erf",                    # ν = erf(μ/sqrt(2σ²)) (ebp_lib.unit_mean)
     "_erfcx": "scipy.special.erfcx",                  # in Δ_L (ebp_lib.log_phi_ratio)
     "_output_delta": "ebp_lib.output_delta",
     "_update_row": "ebp_lib.increments",
@@ -60,6 +60,7 @@ REFERENCES = {
     "_updated_back": "ebp_lib.backward",              # Δ·δh, the authors' real-weight code (ebp_lib.backward)
     "_backward": "ebp_lib.backward",
     "_train_steps": "ebp_train.train_steps",
+    "float32_ebp_p": "ebp_lib.output_ebp_p",          # numpy, not compiled: the evaluation's σ² fold (BLAS)
 }
 # Compiled helpers without an equation of their own: the kernel whose test covers each.
 PARTS = {
@@ -71,11 +72,12 @@ PARTS = {
 # inv_sqrt_normaliser (1/sqrt(N)) are typed lists with one array per layer (the first layer's h and masks hold only
 # the used input columns); `mask` confines the update, `second_mask` the sum Σ mask⟨v²⟩ (empty for dense layers,
 # and for masked weights that are held at h = 0 rather than absent: they keep ⟨W²⟩ = 1); binary is the weight
-# type, dropout its code above, keep the dropout keep probability p; through_updated and extra_variance are the two
+# type, dropout its code above, keep the dropout keep probability p, analytic the float32 factor 1 − 4p(1 − p) of
+# the image's ν² under analytic dropout (ebp_lib.analytic_factor); through_updated and extra_variance are the two
 # parts of the authors' real-weight update, lagged the authors' binary update of 2015 (⟨W⟩ one step stale)
 # (ebp_lib.UPDATES), all False for the spec's.
 FastNet = namedtuple("FastNet", "h w_mean b mask second_mask normaliser inv_sqrt_normaliser binary dropout keep "
-                                "through_updated extra_variance lagged")
+                                "analytic through_updated extra_variance lagged")
 # One layer's inputs for one step, (batch, K) each: ν, ⟨v²⟩, m2_factor (the factor of ⟨W⟩² in σ²·N), the dropout
 # mask.
 Inputs = namedtuple("Inputs", "nu v2 m2_factor kept")
@@ -87,7 +89,7 @@ Moments = namedtuple("Moments", "mu m2_terms second sigma2 nu")
 # --- scalar functions -----------------------------------------------------------------------------------------
 
 @numba.njit(**_JIT)
-def _tanh32(x):
+def tanh32(x):
     """tanh in float32 as z P(z²)/Q(z²), z = x clamped to |z| <= 7.9, with P of degree 3 and Q of degree 4: a
     near-minimax rational fit (scripts/fit_rational.py reproduces the coefficients). Error 4.2e-7 at most in
     float32 (tested; 1 − tanh 7.9 = 2.7e-7), i.e. 7 float32 ulp of 1; unlike np.tanh it vectorises. The clamp may
@@ -106,9 +108,9 @@ def _tanh32(x):
 
 
 @numba.njit(**_JIT)
-def _erf32(x):
+def erf32(x):
     """erf in float32 as z P(z²)/Q(z²), z = x clamped to |z| <= 3.8, P of degree 6 and Q of degree 4 (fitted like
-    _tanh32 by scripts/fit_rational.py; error at most 3e-7, tested). Vectorises, unlike math.erf; NaN stays NaN."""
+    tanh32 by scripts/fit_rational.py; error at most 3e-7, tested). Vectorises, unlike math.erf; NaN stays NaN."""
     c = np.float32(3.8)
     z = min(max(x, -c), c)
     u = z * z
@@ -172,7 +174,7 @@ def _update_row(h_row, scaled_delta, row, nu, mask_row, masked):
 def _refresh_row(h_row, out):
     """out = ⟨W⟩ = tanh h for one row of binary weights."""
     for j in range(h_row.shape[0]):
-        out[j] = _tanh32(h_row[j])
+        out[j] = tanh32(h_row[j])
 
 
 @numba.njit(**_JIT)
@@ -269,7 +271,7 @@ def _online_pass(h, w_mean, store_w_mean, binary, scaled_delta, nu, nu_next, m2_
                 for j in range(width):
                     h_ij = hi[j] + a_i * nu0[j]
                     hi[j] = h_ij
-                    m_ij = _tanh32(h_ij)
+                    m_ij = tanh32(h_ij)
                     mi[j] = m_ij
                     acc_mu += m_ij * nn0[j]
                     acc_m2 += m_ij * m_ij * f0[j]
@@ -277,7 +279,7 @@ def _online_pass(h, w_mean, store_w_mean, binary, scaled_delta, nu, nu_next, m2_
                 for j in range(width):
                     h_ij = hi[j] + a_i * nu0[j]
                     hi[j] = h_ij
-                    m_ij = _tanh32(h_ij)
+                    m_ij = tanh32(h_ij)
                     acc_mu += m_ij * nn0[j]
                     acc_m2 += m_ij * m_ij * f0[j]
         else:
@@ -311,7 +313,7 @@ def _finish_layer(moments, b, normaliser, inv_sqrt_normaliser, v2_in, masked, us
             mu_si = (mu[s, i] + b[i]) * inv_sqrt_normaliser[i]
             mu[s, i] = mu_si
             sigma2[s, i] = sigma2_si
-            nu_out[s, i] = _erf32(mu_si / math.sqrt(np.float32(2) * sigma2_si))
+            nu_out[s, i] = erf32(mu_si / math.sqrt(np.float32(2) * sigma2_si))
 
 
 # --- inputs, backward pass, the epoch -------------------------------------------------------------------------
@@ -341,7 +343,6 @@ def _load_inputs(out, source, columns, image, net, rng):
     """The Inputs of one layer for one step into `out`, from the `columns` of `source` (images or the previous
     layer's ν): ν, ⟨v²⟩, m2_factor = ν² (binary) or ν² − ⟨v²⟩ (real); sampled dropout draws its masks here, for
     every column of `source` (used or not) in the reference's order (ebp_lib.forward)."""
-    analytic_c = np.float32(1.0 - 4.0 * net.keep * (1.0 - net.keep))
     batch, width = source.shape
     kept = np.ones(width, np.float32)
     for s in range(batch):
@@ -356,7 +357,7 @@ def _load_inputs(out, source, columns, image, net, rng):
                 v, v2 = v * kept[j], v2 * kept[j]
             nu2 = v * v
             if net.dropout == ANALYTIC and image:
-                nu2 = analytic_c * nu2
+                nu2 = net.analytic * nu2
             out.kept[s, k] = kept[j]
             out.nu[s, k] = v
             out.v2[s, k] = v2
@@ -532,8 +533,8 @@ def float32_ebp_p(net32, moments: list, x) -> np.ndarray:
         σ²·N = Σ mask⟨v²⟩ + 1 − Σ ⟨W⟩²·m2_factor,   m2_factor = ν² (binary) or ν² − ⟨v²⟩ (real)."""
     nu = x.astype(np.float32)
     v2 = nu * nu
-    nu2 = (1.0 - 4.0 * net32.keep * (1.0 - net32.keep)) * v2 if net32.dropout == "analytic" else v2
-    extra_variance = net32.real_update_parts[1]
+    nu2 = net32.analytic_factor * v2 if net32.dropout == "analytic" else v2
+    extra_variance = net32.real_update_parts.extra_variance
     for k, (layer, (w_mean, w_mean2, mask)) in enumerate(zip(net32.layers, moments)):
         if net32.dropout == "sampled":  # test time: the weights scaled by p
             nu, v2 = net32.keep * nu, net32.keep ** 2 * (np.ones_like(nu) if v2 is None else v2)
@@ -564,7 +565,6 @@ def working_copy(net, columns) -> FastNet:
     if masks[0].size:
         masks[0] = np.ascontiguousarray(masks[0][:, columns])
     no_mask = np.zeros((0, 0), FAST_DTYPE)
-    through_updated, extra_variance = net.real_update_parts
     return FastNet(
         h=List(hs),
         w_mean=List([h if net.weights == "real" else np.empty_like(h) for h in hs]),  # real weights: ⟨W⟩ = h itself
@@ -574,7 +574,8 @@ def working_copy(net, columns) -> FastNet:
         normaliser=List([layer.normaliser.astype(FAST_DTYPE) for layer in net.layers]),
         inv_sqrt_normaliser=List([(1.0 / np.sqrt(layer.normaliser)).astype(FAST_DTYPE) for layer in net.layers]),
         binary=net.weights == "binary", dropout=DROPOUT_CODES[net.dropout], keep=float(net.keep),
-        through_updated=through_updated, extra_variance=extra_variance, lagged=net.lagged_mean)
+        analytic=FAST_DTYPE(net.analytic_factor), through_updated=net.real_update_parts.through_updated,
+        extra_variance=net.real_update_parts.extra_variance, lagged=net.real_update_parts.lagged)
 
 
 
@@ -588,18 +589,13 @@ def train_steps(net, x, y, order, batch_size: int, rng, step_name) -> None:
     """EBP steps over x[order] in minibatches of `batch_size` (ebp_train.train_steps), on a float32 working copy of the
     ebp_lib.Network `net` whose h and b are then written back (unless nothing was done); `rng` draws the sampled
     dropout masks (it may be None without sampled dropout). Raises ebp_lib.backward's FloatingPointError for a
-    non-finite Δ. The compiled loops do not check h and b weight by weight, so they are checked here: a NaN/inf
-    before the call stops it at step 0 (for a NaN the reference's Δ is non-finite there; the reference trains on
-    with an infinite h of binary weights), and one after it (an overflow) leaves the network as it was.
+    non-finite Δ. The compiled loops do not check h and b weight by weight: ebp_train.train_steps refuses a NaN/inf
+    parameter before the call (ebp_lib.check_finite_parameters), and one after it (an overflow) leaves the network
+    as it was.
     step_name(k) names step k in the messages."""
     def where(step):
         return "" if step_name(step) is None else f" at step {step_name(step)}"
 
-    bad = _nonfinite([layer.h for layer in net.layers], [layer.b for layer in net.layers])
-    if bad:
-        raise FloatingPointError(
-            f"non-finite {bad[0]}{where(0)}: NaN/inf in {', '.join(bad)}, so Δ is not finite (NaN) or the update is "
-            f"meaningless (inf); training stopped before the first update, so the parameters are unchanged")
     columns = _used_columns(x, order)
     work = working_copy(net, columns)
     rng = np.random.default_rng(0) if rng is None else rng  # a Generator for the compiled signature; not drawn from

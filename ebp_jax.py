@@ -37,6 +37,16 @@ import ebp_lib
 
 MATMUL_PRECISION = jax.lax.Precision.HIGHEST
 
+# Each function that writes ebp_lib's equations again in JAX (to be compiled, differentiated and vmapped) and the
+# readable function it computes (tests/test_jax.py checks every pair).
+REFERENCES = {
+    "weight_moments": "ebp_lib.weight_moments",
+    "forward": "ebp_lib.forward",                     # μ and σ² of every layer, the training and the test pass
+    "ebp_step": "ebp_lib.ebp_step",                   # jax.grad of ln P through `forward`, σ² frozen
+    "ebp_p": "ebp_lib.output_ebp_p",                  # ν_L of `forward` at test time
+    "ebp_d": "ebp_lib.output_ebp_d",                  # the sign network
+}
+
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: a static argument of jit
 class Structure:
@@ -99,7 +109,8 @@ def weight_moments(h, mask, s: Structure):
     return mean, second
 
 
-def _matmul(a, b):
+def matmul(a, b):
+    """a @ b at MATMUL_PRECISION (full float32 on every device)."""
     return jnp.matmul(a, b, precision=MATMUL_PRECISION)
 
 
@@ -112,8 +123,8 @@ def second_moment_sum(v2, w2, m, batch: int):
     if v2 is None and w2 is None:
         return jnp.asarray(float(m.shape[1]), m.dtype)
     if w2 is None:
-        return _matmul(v2, _per_run(1.0, m[:1].T))
-    return _matmul(_per_run(jnp.ones((batch, m.shape[1]), m.dtype), m[:1]) if v2 is None else v2, w2.T)
+        return matmul(v2, _per_run(1.0, m[:1].T))
+    return matmul(_per_run(jnp.ones((batch, m.shape[1]), m.dtype), m[:1]) if v2 is None else v2, w2.T)
 
 
 def mean_input(nu, m, b):
@@ -121,30 +132,40 @@ def mean_input(nu, m, b):
     of the product that gives ⟨W⟩'s (Σ over the minibatch of Δ, summed as each run's own product); the gradient of
     a broadcast b is a reduction, which XLA orders differently for a vmapped group than for one run."""
     ones = jnp.ones((nu.shape[0], 1), nu.dtype)
-    return _matmul(jnp.concatenate([nu, ones], axis=1), jnp.concatenate([m, b[:, None]], axis=1).T)
+    return matmul(jnp.concatenate([nu, ones], axis=1), jnp.concatenate([m, b[:, None]], axis=1).T)
+
+
+def forward(means, biases, seconds, x, input_scales, s: Structure):
+    """The forward pass of ebp_lib.forward, layer by layer: yields μ and σ² of every layer,
+
+        μ = (⟨W⟩ν + b)/√N,   σ² = (Σ⟨W²⟩⟨v²⟩ − Σ⟨W⟩²ν² + 1)/N,   ν = erf(μ/√(2σ²)) passed on,
+
+    with every σ² frozen (stop_gradient: EBP's gradient holds the variances fixed; no effect on values).
+    `input_scales[k]` multiplies layer k's inputs (None: nothing): a sampled dropout mask in training, the keep
+    probability p at test time; ν → ν·m and ⟨v²⟩ → ⟨v²⟩·m² (m² = m for a 0/1 mask). The analytic dropout reading
+    scales the image's ν² by ebp_lib.analytic_factor."""
+    nu, v2, nu2 = x, x * x, x * x
+    if s.dropout == "analytic":
+        nu2 = ebp_lib.analytic_factor(s.keep) * nu2
+    for k, (m, b, w2, n) in enumerate(zip(means, biases, seconds, s.norms)):
+        scale = input_scales[k]
+        if scale is not None:
+            nu = nu * scale
+            v2 = scale * scale * jnp.ones_like(nu) if v2 is None else v2 * (scale * scale)
+            nu2 = nu * nu
+        sigma2 = jax.lax.stop_gradient((second_moment_sum(v2, w2, m, nu.shape[0]) - matmul(nu2, (m * m).T) + 1.0) / n)
+        mu = mean_input(nu, m, b) / jnp.sqrt(n)
+        yield mu, sigma2
+        nu = erf(mu / jnp.sqrt(2.0 * sigma2))
+        v2, nu2 = None, nu * nu
 
 
 def log_likelihood(means, biases, seconds, x, y, input_masks, s: Structure):
-    """ln P(y | x) summed over the minibatch, as a function of the mean weights and biases, with σ² frozen.
-
-    The forward pass is ebp_lib.forward's: μ = (⟨W⟩ν + b)/√N, σ² = (Σ⟨W²⟩⟨v²⟩ − Σ⟨W⟩²ν² + 1)/N,
-    ν = erf(μ/√(2σ²)); `input_masks` are the sampled dropout masks of every layer's inputs (None: no mask).
-    """
-    nu, v2, nu2 = x, x * x, x * x
-    if s.dropout == "analytic":
-        nu2 = (1.0 - 4.0 * s.keep * (1.0 - s.keep)) * nu2
-    last = len(means) - 1
-    for k, (m, b, w2, n) in enumerate(zip(means, biases, seconds, s.norms)):
-        if input_masks[k] is not None:
-            nu = nu * input_masks[k]
-            v2 = input_masks[k] if v2 is None else v2 * input_masks[k]
-            nu2 = nu * nu
-        sigma2 = jax.lax.stop_gradient((second_moment_sum(v2, w2, m, nu.shape[0]) - _matmul(nu2, (m * m).T) + 1.0) / n)
-        mu = mean_input(nu, m, b) / jnp.sqrt(n)
-        if k == last:
-            return jnp.sum(log_ndtr(y * mu / jnp.sqrt(sigma2)))
-        nu = erf(mu / jnp.sqrt(2.0 * sigma2))
-        v2, nu2 = None, nu * nu
+    """ln P(y | x) = Σ ln Φ(yμ_L/σ_L) summed over the minibatch, as a function of the mean weights and biases, with
+    every σ² frozen (stop_gradient), through `forward`; `input_masks` are the sampled dropout masks of every layer's
+    inputs (None: no mask)."""
+    *_, (mu, sigma2) = forward(means, biases, seconds, x, input_masks, s)
+    return jnp.sum(log_ndtr(y * mu / jnp.sqrt(sigma2)))
 
 
 def ebp_step(params, x, y, input_masks, s: Structure):
@@ -327,6 +348,11 @@ def group_epoch(nets: list, x, y, batch_size: int, rngs: list, epoch: int = 0) -
         except FloatingPointError as err:  # _single_steps wrote the last finite step into the net
             errors[i] = err
 
+    for i, net in enumerate(nets):  # as ebp_train.train_steps refuses a run alone
+        try:
+            ebp_lib.check_finite_parameters(net, step_name(0)(0))
+        except FloatingPointError as err:
+            errors[i] = err
     for first, steps in calls(n_steps, nets[0].dropout == "sampled"):
         live = [i for i, error in enumerate(errors) if error is None]
         idx = [orders[i][first * batch_size:(first + steps) * batch_size] for i in live]
@@ -349,28 +375,32 @@ def group_epoch(nets: list, x, y, batch_size: int, rngs: list, epoch: int = 0) -
     return errors
 
 
+def ebp_p(params, x, s: Structure):
+    """EBP-P: ν_L = erf(μ_L/√(2σ²_L)) of `forward` (ebp_lib.output_ebp_p), sampled dropout read at test time as
+    the weights scaled by p."""
+    moments = [weight_moments(h, mask, s) for (h, _), mask in zip(params, s.masks)]
+    scales = [s.keep if s.dropout == "sampled" else None] * len(params)
+    *_, (mu, sigma2) = forward([m for m, _ in moments], [b for _, b in params], [w2 for _, w2 in moments], x,
+                               scales, s)
+    return erf(mu / jnp.sqrt(2.0 * sigma2))
+
+
+def ebp_d(params, x, s: Structure):
+    """EBP-D: the sign network (ebp_lib.output_ebp_d) with W = sign(h) (binary) or h (real), 0 off a mask, the
+    real bias, hidden units sign(u) (+1 at 0), a linear output; sampled dropout scales W by p."""
+    scale = s.keep if s.dropout == "sampled" else 1.0
+    v, last = x, len(params) - 1
+    for k, ((h, b), mask) in enumerate(zip(params, s.masks)):
+        w = jnp.sign(h) if s.weights == "binary" else h
+        u = scale * matmul(v, (w if mask is None else w * mask).T) + b
+        v = u if k == last else jnp.where(u >= 0, 1.0, -1.0).astype(u.dtype)
+    return v
+
+
 @partial(jax.jit, static_argnames=("s",))
 def _outputs(params, x, s: Structure):
-    """EBP-P (ν_L of the forward pass, test-time dropout scaling) and EBP-D (the sign network) of a batch."""
-    moments = [weight_moments(h, mask, s) for (h, _), mask in zip(params, s.masks)]
-    scale = s.keep if s.dropout == "sampled" else 1.0
-    nu, v2 = x, x * x
-    nu2 = (1.0 - 4.0 * s.keep * (1.0 - s.keep)) * v2 if s.dropout == "analytic" else v2
-    v = x
-    last = len(params) - 1
-    for k, ((h, b), (m, w2), mask, n) in enumerate(zip(params, moments, s.masks, s.norms)):
-        if s.dropout == "sampled":
-            nu = scale * nu
-            v2 = scale ** 2 * (jnp.ones_like(nu) if v2 is None else v2)
-            nu2 = nu * nu
-        sigma2 = (second_moment_sum(v2, w2, m, nu.shape[0]) - _matmul(nu2, (m * m).T) + 1.0) / n
-        mu = (_matmul(nu, m.T) + b) / jnp.sqrt(n)
-        nu, v2 = erf(mu / jnp.sqrt(2.0 * sigma2)), None
-        nu2 = nu * nu
-        w = jnp.sign(h) if s.weights == "binary" else h
-        u = scale * _matmul(v, (w if mask is None else w * mask).T) + b
-        v = u if k == last else jnp.where(u >= 0, 1.0, -1.0).astype(u.dtype)
-    return nu, v
+    """EBP-P and EBP-D of a batch (ebp_p, ebp_d)."""
+    return ebp_p(params, x, s), ebp_d(params, x, s)
 
 
 class float32_outputs:

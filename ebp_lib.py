@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 from scipy import special
 
+import ebp_checkpoint
 from ebp_checkpoint import CheckpointError, float32_if_exact, open_checkpoint, write_checkpoint
 
 # ----------------------------------------------------------------------------------------------------------
@@ -30,8 +32,9 @@ from ebp_checkpoint import CheckpointError, float32_if_exact, open_checkpoint, w
 # §Posterior parametrisation, §Spatial filtering)
 # ----------------------------------------------------------------------------------------------------------
 
-WEIGHT_TYPES = ("binary", "real")
-DROPOUT_KINDS = (None, "analytic", "sampled")
+WEIGHTS = ("binary", "real")
+# The two readings of the paper's dropout (docs/maths.md §Dropout); None: no dropout.
+DROPOUT_READINGS = ("analytic", "sampled")
 # The weights outside a spatial unit's receptive field (docs/maths.md §Spatial filtering): "absent" (they do not
 # exist: N counts the connected inputs) or "held" (the paper's full matrix with those elements kept at h = 0:
 # mean 0 but variance 1, so they add to σ², and N counts every input).
@@ -42,17 +45,27 @@ DEFAULT_MASK_READING = "absent"
 # ("authors") or one at a time. Binary weights (docs/maths.md §The authors' binary code of 2015):
 # Binary_EBP_minibatch.m as it was when the paper was written, before its fix of 2015-09-15, whose forward and
 # backward passes used ⟨W⟩ one minibatch stale ("authors-2015"); since that fix it computes the spec's update.
-# name → (the weight type it applies to, None for both; Δ back-propagated through this step's updated ⟨W⟩;
-#         σ² of every layer after the first + 1/N; ⟨W⟩ = tanh h of the h before the previous step's update)
-UPDATES = {"spec": (None, False, False, False), "authors": ("real", True, True, False),
-           "authors-delta": ("real", True, False, False), "authors-variance": ("real", False, True, False),
-           "authors-2015": ("binary", False, False, True)}
+
+
+class Update(NamedTuple):
+    """What an update of UPDATES changes: the weight type it applies to (None: both); Δ back-propagated through this
+    step's updated ⟨W⟩; σ² of every layer after the first + 1/N; ⟨W⟩ = tanh h of the h before the previous step's
+    update."""
+    weights: str | None
+    through_updated: bool
+    extra_variance: bool
+    lagged: bool
+
+
+UPDATES = {"spec": Update(None, False, False, False), "authors": Update("real", True, True, False),
+           "authors-delta": Update("real", True, False, False), "authors-variance": Update("real", False, True, False),
+           "authors-2015": Update("binary", False, False, True)}
 DEFAULT_UPDATE = "spec"
 
 
 def update_applies(update: str, weights: str) -> bool:
     """Whether the update `update` (a name of UPDATES) can train weights of type `weights`."""
-    return UPDATES[update][0] in (None, weights)
+    return UPDATES[update].weights in (None, weights)
 
 
 def check_update(update, weights: str) -> None:
@@ -61,7 +74,7 @@ def check_update(update, weights: str) -> None:
         raise ValueError(f"unknown update {update!r}; choose one of {', '.join(UPDATES)}")
     if not update_applies(update, weights):
         usable = ", ".join(name for name in UPDATES if update_applies(name, weights))
-        raise ValueError(f"the update {update!r} is the authors' code for {UPDATES[update][0]} weights; {weights} "
+        raise ValueError(f"the update {update!r} is the authors' code for {UPDATES[update].weights} weights; {weights} "
                          f"weights take one of {usable}")
 
 
@@ -102,14 +115,19 @@ class Network:
         return [self.layers[0].h.shape[1]] + [len(layer.h) for layer in self.layers]
 
     @property
-    def real_update_parts(self) -> tuple[bool, bool]:
-        """(Δ through the updated ⟨W⟩, σ² + 1/N after the first layer) of this network's update (UPDATES)."""
-        return UPDATES[self.real_update][1:3]
+    def real_update_parts(self) -> Update:
+        """What this network's update (real_update, a name of UPDATES) changes from the spec's."""
+        return UPDATES[self.real_update]
+
+    @property
+    def analytic_factor(self) -> float:
+        """1 − 4p(1 − p) of this network's keep probability p (analytic_factor)."""
+        return analytic_factor(self.keep)
 
     @property
     def lagged_mean(self) -> bool:
-        """Whether a training step sees ⟨W⟩ = tanh h one step stale (UPDATES "authors-2015", lagged_steps)."""
-        return UPDATES[self.real_update][3]
+        """Whether a training step sees ⟨W⟩ = tanh h one step stale (UPDATES "authors-2015", lagged_step)."""
+        return self.real_update_parts.lagged
 
 
 def weight_moments(layer: Layer, weights: str) -> tuple[np.ndarray, np.ndarray]:
@@ -172,9 +190,9 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
     (docs/maths.md §Posterior parametrisation). Masked-out weights are exactly 0 and stay 0; `mask_reading`
     says whether they are absent or held at h = 0 (MASK_READINGS); `real_update` which update trains it: the
     spec's, or one of the authors' codes for this weight type (UPDATES). The same seed gives the same network."""
-    if weights not in WEIGHT_TYPES:
+    if weights not in WEIGHTS:
         raise ValueError(f"unknown weight type {weights!r}; choose 'binary' or 'real'")
-    if dropout not in DROPOUT_KINDS:
+    if dropout not in (None, *DROPOUT_READINGS):
         raise ValueError(f"unknown dropout {dropout!r}; choose None, 'analytic' or 'sampled'")
     if not 0 < keep <= 1:
         raise ValueError(f"dropout keep probability p={keep} must be in (0, 1]")
@@ -265,7 +283,13 @@ class Pass:
     masks: list
 
 
-def forward(net: Network, x: np.ndarray, train: bool = False, rng=None) -> Pass:
+def analytic_factor(keep: float) -> float:
+    """1 − 4p(1 − p): the factor of the image's ⟨v⟩² in the first layer's σ² under the analytic dropout reading
+    (docs/maths.md §Dropout): a pixel x kept with probability p counts as noise of variance 4p(1 − p)x²."""
+    return 1.0 - 4.0 * keep * (1.0 - keep)
+
+
+def forward(net: Network, x: np.ndarray, train: bool = False, rng=None, hard=()) -> Pass:
     """The forward pass for a minibatch x (B, 784): layer_moments and unit_mean, layer by layer
     (docs/maths.md §Forward pass). Dropout with keep probability p = net.keep (docs/maths.md §Dropout):
 
@@ -273,12 +297,15 @@ def forward(net: Network, x: np.ndarray, train: bool = False, rng=None) -> Pass:
       Σ m² x² becomes (1 − 4p(1−p)) Σ m² x² in the first layer's σ², at train and test time;
     - "sampled": in training (train=True) the inputs of every layer (image and hidden units) are multiplied by
       Bernoulli(p) masks drawn from `rng`; at test time the weights are scaled by p: ⟨v⟩ → p⟨v⟩, ⟨v²⟩ → p²⟨v²⟩.
+
+    The hidden layers listed in `hard` (1-based) pass on sign(μ_l) (hard_sign: certain ±1 units) instead of their
+    means ν_l (ebp_analysis.partly_hard_outputs reads which layer's rounding costs what).
     """
     nu, v2, nu2 = x, x * x, x * x
     if net.dropout == "analytic":
-        nu2 = (1.0 - 4.0 * net.keep * (1.0 - net.keep)) * nu2
+        nu2 = net.analytic_factor * nu2
     out = Pass([], [], [], [], [], [])
-    extra_variance = net.real_update_parts[1]
+    extra_variance = net.real_update_parts.extra_variance
     for k, layer in enumerate(net.layers):
         mask = None
         if net.dropout == "sampled":
@@ -298,7 +325,7 @@ def forward(net: Network, x: np.ndarray, train: bool = False, rng=None) -> Pass:
         out.masks.append(mask)
         out.mu.append(mu)
         out.sigma2.append(sigma2)
-        nu = unit_mean(mu, sigma2)
+        nu = hard_sign(mu) if k + 1 in hard else unit_mean(mu, sigma2)
         out.nu.append(nu)
         v2, nu2 = None, nu * nu
     return out
@@ -341,7 +368,7 @@ def backward(net: Network, fwd: Pass, y: np.ndarray, step: int | None = None) ->
     ⟨W_l⟩ + δh_l instead). Sampled dropout zeroes the Δ of dropped units. Raises FloatingPointError naming the
     layer (and `step`) if a Δ is not finite, before any update.
     """
-    through_updated = net.real_update_parts[0]
+    through_updated = net.real_update_parts.through_updated
     deltas = [output_delta(y, fwd.mu[-1], fwd.sigma2[-1])]
     for k in range(len(net.layers) - 1, 0, -1):
         w_mean = fwd.w_mean[k]
@@ -365,6 +392,17 @@ def nonfinite_parameters(net: Network) -> list[str]:
     """The parameters that hold NaN/inf, e.g. ["b of layer 2"] ([] if all are finite)."""
     return [f"{name} of layer {k + 1}" for k, layer in enumerate(net.layers)
             for name, values in (("h", layer.h), ("b", layer.b)) if not np.isfinite(values).all()]
+
+
+def check_finite_parameters(net: Network, step=None) -> None:
+    """FloatingPointError naming the parameters that hold NaN/inf (and `step`, the first step of a call): Δ is then
+    not finite (NaN) or the update meaningless (an infinite b or h passes ⟨W⟩ = ±1 and ν = ±1 on as if finite)."""
+    bad = nonfinite_parameters(net)
+    if bad:
+        where = f" at step {step}" if step is not None else ""
+        raise FloatingPointError(
+            f"non-finite {bad[0]}{where}: NaN/inf in {', '.join(bad)}, so Δ is not finite (NaN) or the update is "
+            f"meaningless (inf); training stopped before the first update, so the parameters are unchanged")
 
 
 def nonfinite_origin(net: Network, fwd: Pass) -> str:
@@ -506,13 +544,9 @@ def output_ebp_d(net: Network, x: np.ndarray) -> np.ndarray:
 
 def network_config(net: Network) -> dict:
     """What a saved network records of its configuration (load_network rebuilds the network from it)."""
-    config = {"architecture": net.architecture, "weights": net.weights, "input_side": net.input_side,
-              "dropout": net.dropout, "keep": net.keep, "dtype": str(net.layers[0].h.dtype)}
-    if net.mask_reading != DEFAULT_MASK_READING:  # only then: checkpoints of "absent" networks record no mask_reading and
-        config["mask_reading"] = net.mask_reading  # must still compare equal to the configuration of their runs
-    if net.real_update != DEFAULT_UPDATE:  # likewise: only a variant update is recorded
-        config["real_update"] = net.real_update
-    return config
+    return {"architecture": net.architecture, "weights": net.weights, "input_side": net.input_side,
+            "dropout": net.dropout, "keep": net.keep, "dtype": str(net.layers[0].h.dtype),
+            "mask_reading": net.mask_reading, "real_update": net.real_update}
 
 
 def save_network(path, net: Network, **meta) -> None:
@@ -522,7 +556,7 @@ def save_network(path, net: Network, **meta) -> None:
     arrays = {}
     for k, layer in enumerate(net.layers):
         arrays[f"h{k}"], arrays[f"b{k}"] = float32_if_exact(layer.h), float32_if_exact(layer.b)
-    write_checkpoint(path, arrays, {"config": network_config(net), **meta})
+    write_checkpoint(path, arrays, {"format": ebp_checkpoint.NETWORK_FORMAT, "config": network_config(net), **meta})
 
 
 def stored_shapes(config: dict) -> dict[str, tuple]:
@@ -543,6 +577,7 @@ def load_network(path) -> tuple[Network, dict]:
     recorded architecture (missing, extra, of another shape or not floating point: a wrong-shaped h would
     otherwise be broadcast into the network); then for non-finite values, or weights outside a unit's block."""
     with open_checkpoint(path) as (meta, arrays, stored):
+        meta = {k: v for k, v in ebp_checkpoint.upgrade_network_meta(meta, path).items() if k != "format"}
         config = meta.pop("config")
         try:
             expected = stored_shapes(config)
@@ -564,8 +599,7 @@ def load_network(path) -> tuple[Network, dict]:
         net = init_network([tuple(s) if isinstance(s, list) else s for s in config["architecture"]],
                            config["weights"], 0, config["input_side"], dropout=config["dropout"],
                            keep=config["keep"], dtype=np.dtype(config["dtype"]),
-                           mask_reading=config.get("mask_reading", DEFAULT_MASK_READING),
-                           real_update=config.get("real_update", DEFAULT_UPDATE))
+                           mask_reading=config["mask_reading"], real_update=config["real_update"])
         for k, layer in enumerate(net.layers):
             h, b = arrays[f"h{k}"], arrays[f"b{k}"]
             if not (np.isfinite(h).all() and np.isfinite(b).all()):

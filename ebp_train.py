@@ -22,6 +22,7 @@ from ebp_data import Dataset
 from ebp_lib import (
     Network,
     check_data,
+    check_finite_parameters,
     check_rng,
     ebp_step,
     lagged_step,
@@ -122,7 +123,18 @@ def train_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int |
     sampled dropout masks. engine="fast" runs the same step in float32 (ebp_fast.py); use train_epoch for speed."""
     chosen = resolve_engine(engine)
     check_rng(net, rng)
+    check_finite_parameters(net, step)
     chosen.step(net, x, y, rng, step)
+
+
+def check_finite_images(x: np.ndarray) -> None:
+    """ValueError naming the images that hold NaN/inf: every engine would score them (a NaN output's argmax is
+    class 0), so an error rate would silently include them."""
+    bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
+    if len(bad):
+        raise ValueError(f"{len(bad)} of the {len(x)} images to evaluate hold NaN/inf (rows {bad[:5].tolist()}"
+                         f"{', ...' if len(bad) > 5 else ''}): drop or repair them before evaluating, e.g. "
+                         f"x = x[np.isfinite(x).all(axis=1)] with the same rows of the labels")
 
 
 def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000,
@@ -130,6 +142,7 @@ def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000,
     """Test errors (fractions of x whose argmax output is not the label) of EBP-P and EBP-D, `batch` images at
     a time; engine="fast": the same outputs in float32 (they differ only on near-ties between two classes)."""
     chosen = resolve_engine(engine)
+    check_finite_images(x)
     wrong = np.zeros(2, dtype=np.int64)
     with chosen.outputs(net) as outputs:  # x ↦ (EBP-P, EBP-D)
         for start in range(0, len(x), batch):
@@ -165,7 +178,11 @@ def train_steps(net: Network, x: np.ndarray, y: np.ndarray, order: np.ndarray, b
     def step_name(k):
         return f"{first_step + k} of epoch {epoch + 1} (batch size {batch_size})"
 
-    resolve_engine(engine).steps(net, x, y, order, batch_size, rng, step_name)
+    chosen = resolve_engine(engine)
+    # Every engine refuses a NaN/inf parameter before its first step: an infinite b (or h of binary weights) gives
+    # a finite Δ (⟨W⟩ = tanh(inf) = 1, ν = ±1), so nothing later would stop the reference from training on it.
+    check_finite_parameters(net, step_name(0))
+    chosen.steps(net, x, y, order, batch_size, rng, step_name)
 
 
 def fit(net: Network, data: Dataset, epochs: int, batch_size: int = 10, seed: int = 0,

@@ -127,7 +127,7 @@ def check_real_update(rows: list[dict], real_update: str) -> None:
         return
     other = sorted({r["weights"] for r in rows if not update_applies(real_update, r["weights"])})
     if other:
-        weights = UPDATES[real_update][0]
+        weights = UPDATES[real_update].weights
         raise ValueError(f"the update {real_update!r} applies to {weights} weights only, but the selection holds "
                          f"{' and '.join(other)}-weight runs: select --weights {weights}")
 

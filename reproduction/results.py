@@ -7,6 +7,7 @@ render_dataset_table the same table on MNIST beside Fashion-MNIST (runs in outpu
 """
 from __future__ import annotations
 
+import html
 import math
 import re
 import statistics
@@ -509,8 +510,14 @@ def coverage(rows: list[dict], cells: dict, table: int, label: str = "") -> str:
         line += (f"; ours − paper over {len(diffs)} cells: mean {sum(diffs) / len(diffs):+.2f}, from "
                  f"{min(diffs):+.2f} to {max(diffs):+.2f} points")
     for run_dir, (kind, why) in sorted(refused.items()):
-        line += f"; {run_dir}/{RESULT_FILE} is {kind}, not used: {why}"
+        line += f"; {run_dir}/{RESULT_FILE} is {kind}, not used: {record_text(why)}"
     return line
+
+
+def record_text(text: str) -> str:
+    """Text that a file on disk supplied (a record's values quoted in why it was refused) as Markdown shows it
+    literally: HTML escaped (a record's '<img ...>' must not become markup in tables.md), one line."""
+    return " ".join(html.escape(text, quote=False).split())
 
 
 # ----------------------------------------------------------------------------------------------------------

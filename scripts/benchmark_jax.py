@@ -58,7 +58,7 @@ def parse_args(argv=None):
     parser.add_argument("--groups", type=int, nargs="+", default=[1, 3, 10, 30], help="runs per group")
     parser.add_argument("--architectures", nargs="+", default=["800", "800-800"], help="hidden layers")
     parser.add_argument("--batch-size", type=int, default=10)
-    parser.add_argument("--weights", choices=ebp_lib.WEIGHT_TYPES, default="binary")
+    parser.add_argument("--weights", choices=ebp_lib.WEIGHTS, default="binary")
     parser.add_argument("--skip-fast", action="store_true", help="do not time the fast engine")
     parser.add_argument("--synthetic", action="store_true",
                         help="random images of MNIST's shape instead of MNIST (a machine without the data files: "
@@ -190,7 +190,7 @@ def agreement(x, y) -> dict:
         differences += [float(np.abs(a.h - b.h).max()) for a, b in zip(grouped.layers, alone.layers)]
     out["group_vs_alone_max_abs_difference"] = max(differences)
     a = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
-    product = np.asarray(ebp_jax._matmul(jnp.asarray(a), jnp.asarray(a)), np.float64)
+    product = np.asarray(ebp_jax.matmul(jnp.asarray(a), jnp.asarray(a)), np.float64)
     out["matmul_max_abs_error"] = float(np.abs(product - a.astype(np.float64) @ a.astype(np.float64)).max())
     out["passed"] = bool(worst <= 1e-4 and out["matmul_max_abs_error"] < 1e-3)
     return out

@@ -232,10 +232,10 @@ def hidden_layer(packed, fw, scale32, x: np.ndarray, n_single: int, rounds: int)
     """The second layer of [784,800,800,10] alone, on the first layer's units for the test images: the packed step
     (count, threshold, pack) against sgemm alone and against the float path's whole layer."""
     first, layer = packed.layers[0], packed.layers[1]
-    words = eb._numba_first_layer_words(first, x[:1000], packed.scale)[0]
+    words = eb.compiled_first_layer_words(first, x[:1000], packed.scale)[0]
     pm1 = np.where(eb.unpack_bits(words, first.n_units), np.float32(1), np.float32(-1))
     w32, b32 = fw[1]
-    signs_t, connected_t = eb._work(layer, "signs_t"), eb._work(layer, "connected_t")
+    signs_t, connected_t = eb.work_array(layer, "signs_t"), eb.work_array(layer, "connected_t")
     out_words = np.zeros((1000, eb.n_words(layer.n_units)), dtype=np.uint64)
 
     def packed_step(v):

@@ -19,6 +19,7 @@ browser; Chromium is started with no background networking, so opening the book 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -46,8 +47,45 @@ def jupyter_book_command() -> list[str]:
     return [str(script)]
 
 
+def toc_files(toc: Path) -> list[str]:
+    """The documents book/_toc.yml lists (root first), as paths relative to the source folder, without suffix."""
+    import yaml
+
+    entries = yaml.safe_load(toc.read_text(encoding="utf-8"))
+    files, stack = [entries["root"]], list(entries.get("chapters", []))
+    for part in entries.get("parts", []):
+        stack += part.get("chapters", [])
+    while stack:
+        entry = stack.pop(0)
+        files += [entry["file"]] if "file" in entry else []
+        stack[:0] = entry.get("sections", [])
+    return files
+
+
+def check_notebooks(root: Path | None = None, toc: Path | None = None) -> None:
+    """RuntimeError naming every notebook of the book that is not a readable notebook (truncated, not JSON, no
+    cells), and how to restore it, before Jupyter Book stops on it with a traceback that does not name it."""
+    root, toc = root or ROOT, toc or BOOK / "_toc.yml"
+    problems = []
+    for name in toc_files(toc):
+        path = root / f"{name}.ipynb"
+        if not path.is_file():
+            continue
+        try:
+            notebook = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+                raise ValueError("it has no list of cells")
+        except (ValueError, RecursionError, UnicodeDecodeError) as error:
+            problems.append(f"{path}: not a readable notebook ({type(error).__name__}: {str(error)[:200]}); "
+                            f"restore it (git checkout -- {name}.ipynb) or execute it again")
+    if problems:
+        raise RuntimeError("the book cannot be built:\n  " + "\n  ".join(problems))
+
+
 def build(out: Path = DEFAULT_OUT) -> Path:
-    """Build the book under `out` (out/_build/html) and return the html folder; raise on a failed build."""
+    """Build the book under `out` (out/_build/html) and return the html folder; raise on a failed build (first
+    for a notebook that cannot be read, check_notebooks)."""
+    check_notebooks()
     out = Path(out).resolve()
     command = jupyter_book_command() + [
         "build", "-W", "--keep-going",

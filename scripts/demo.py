@@ -19,7 +19,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--hidden", default="200", help="hidden layer sizes, e.g. 200 or 800-800, or block13")
-    parser.add_argument("--weights", default="binary", choices=ebp.WEIGHT_TYPES)
+    parser.add_argument("--weights", default="binary", choices=ebp.WEIGHTS)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     data = ebp_data.load_dataset("mnist")

@@ -250,13 +250,48 @@ def readme(result: dict) -> str:
         lines += [loop_readme(result["authors_loop"]), ""]
     run_commits = sorted({(r["machine"]["git_commit"][:7], r["machine"]["git_dirty"]) for r in result["runs"]})
     m = result["machine"]
-    lines += [TEXT_TAIL, "", "Code: the runs of sections 1-4 ended at commit(s) "
+    lines += [conclusions(result), "", "Code: the runs of sections 1-4 ended at commit(s) "
               f"{', '.join(c + (' (dirty)' if d else '') for c, d in run_commits)} (each record's machine.git_commit); "
               f"this report was built at commit {m['git_commit'][:7]} (uncommitted files outside outputs/: "
               f"{', '.join(m.get('git_changed') or []) or 'none'}); {m['cpu_model']}; those runs took "
               f"{result['total_seconds'] / 60:.0f} min of wall time on a shared two-core machine (other training jobs "
               "running)."]
     return "\n".join(lines) + "\n"
+
+
+def conclusions(result: dict) -> str:
+    """The conclusions (TEXT_TAIL) with every number taken from `result`: the real [200, 200] groups (section 2),
+    the binary [800, 800] group and its seed-0 run (section 3), the committed full runs and the authors' loop."""
+    real = [g for g in result["groups"] if (g["weights"], g["architecture"]) == ("real", "200-200")]
+    plain = [g for g in real if not g["std_floor"]]
+    binary = next(g for g in result["groups"] if (g["weights"], g["architecture"]) == ("binary", "800-800"))
+    run = next(r for r in result["runs"] if (r["weights"], r["architecture"], r["init_scale"], r["seed"]) ==
+               ("binary", "800-800", binary["init_scale"], 0))
+    below = [g["final_tracked"]["share_abs_nu_below_half"][0]["mean"] for g in real]
+    gaps = [g["final"]["gap_d_minus_p"]["mean"] for g in plain]
+    sds = [g["final"]["gap_d_minus_p"]["sd"] for g in plain if g["final"]["gap_d_minus_p"]["sd"] is not None]
+    paper = plain[0]["paper_120_epochs"]
+    committed_real = next(g["committed_full_protocol"] for g in plain if g["committed_full_protocol"])
+    committed_binary = binary["committed_full_protocol"]
+    uncertain = [s["mean"] for s in binary["final_tracked"]["uncertain_weight_share"][:2]]
+    loop = [v["gap_minus_ours_same_seed"][max(v["gap_minus_ours_same_seed"], key=lambda e: int(e.split("_")[1]))]["mean"]
+            for v in result["authors_loop"]["summary"]["variants"] if v["variant"] not in ("ours", "ours-reference")]
+    f = binary["final"]
+    return TEXT_TAIL.format(
+        below_lo=f"{100 * min(below):.0f}", below_hi=f"{100 * max(below):.0f}", real_epochs=plain[0]["epochs"],
+        gap_lo=f"{min(gaps):.2f}", gap_hi=f"{max(gaps):.2f}", sd_lo=f"{min(sds):.2f}", sd_hi=f"{max(sds):.2f}",
+        versus_paper="already above" if min(gaps) > paper["ebp_d"] - paper["ebp_p"] else "against",
+        paper_gap=f"{paper['ebp_d'] - paper['ebp_p']:.2f}",
+        committed_gap=f"{committed_real['last10_mean']['ebp_d'] - committed_real['last10_mean']['ebp_p']:.2f}",
+        unc_lo=f"{100 * min(uncertain):.0f}", unc_hi=f"{100 * max(uncertain):.0f}", binary_epochs=binary["epochs"],
+        mean_weight=f"{f['mean_weight_ebp_d']['mean']:.1f}", all_hard=f"{f['ebp_p_all_hidden_hard']['mean']:.1f}",
+        single=f"{f['sampled_nets_single_mean']['mean']:.1f}", ebp_d=f"{f['ebp_d']['mean']:.1f}",
+        per_epoch=", ".join(f"{100 * e['ebp_d']:.1f}" for e in run["per_epoch"] if e["epoch"] > 0),
+        committed_20=f"{committed_binary['history_ebp_p_ebp_d'][19][2]:.0f}",
+        committed_last=f"{committed_binary['last10_mean']['ebp_d']:.0f}",
+        disagree_first=f"{100 * run['per_epoch'][1]['hidden_sign_disagreement'][1]:.0f}",
+        disagree_last=f"{100 * run['per_epoch'][-1]['hidden_sign_disagreement'][1]:.0f}",
+        loop_lo=f"{max(loop):.2f}".replace("-", "−"), loop_hi=f"{min(loop):.2f}".replace("-", "−"))
 
 
 TEXT_HEAD = """# EBP-D against EBP-P in two-hidden-layer nets
@@ -294,29 +329,29 @@ TEXT_TAIL = """## Conclusions
 2. **Real [200, 200]: the whole gap is the rounding of hidden layer 1.** EBP-P with layer 1 rounded to ±1 (and
    the weights' posterior kept) is as bad as EBP-D; rounding layer 2 costs nothing; rounding both is EBP-D.
    For real weights EBP-D's layer 1 is exactly sign(ν_1) (0 disagreement, section 2), so what EBP-D loses is
-   the graded ν_1 of the about 20-25% of layer-1 (image, unit) pairs with abs(ν_1) < 0.5 that the second layer
+   the graded ν_1 of the about {below_lo}-{below_hi}% of layer-1 (image, unit) pairs with abs(ν_1) < 0.5 that the second layer
    was trained on. A vote of 16 nets sampled from the posterior (each read like EBP-D) recovers most of EBP-P's
    accuracy while one sampled net is far worse: the information is in the posterior, EBP-D's single net drops
    it. The gap is not carried by the few "loud" images whose rarely-inked pixels make the first layer's σ² large
-   (section 3), and the initial scale (1 vs 100) changes it by less than its seed SD. After 10 of 120 epochs the
-   gap is 0.5-0.6 points with a seed SD of about 0.15-0.2, already above the paper's final 0.47, and in the
-   committed full run it keeps growing (0.96 after 120 epochs) while EBP-P levels off.
-3. **Binary [800, 800]: EBP-D's collapse is the rounding of the *weights*, and it grows with training.** About
-   90% of the weights of both hidden layers are still uncertain after 5 epochs (flip probability > 0.25). The
-   deterministic net with mean weights tanh h (and ±1 units) errs on 6.3%, EBP-P with every hidden unit rounded
-   on 6.8%, a single net *sampled* from the posterior on about 7%, and a vote of 16 such nets is close to
-   EBP-P; only the most probable net sign(h) is bad (25.8%), and it gets worse every epoch (13.0, 15.6, 18.7,
-   21.6, 25.8%: the committed full run reached 37% by epoch 20 and stayed there). A sampled net gives the
+   (section 3), and the initial scale (1 vs 100) changes it by less than its seed SD. After {real_epochs} of 120 epochs the
+   gap is {gap_lo}-{gap_hi} points with a seed SD of {sd_lo}-{sd_hi}, {versus_paper} the paper's final {paper_gap}, and in the
+   committed full run it ends at {committed_gap} (mean of its last 10 of 120 epochs) while EBP-P levels off.
+3. **Binary [800, 800]: EBP-D's collapse is the rounding of the *weights*, and it grows with training.** {unc_lo}-{unc_hi}%
+   of the weights of both hidden layers are still uncertain after {binary_epochs} epochs (flip probability > 0.25). The
+   deterministic net with mean weights tanh h (and ±1 units) errs on {mean_weight}%, EBP-P with every hidden unit rounded
+   on {all_hard}%, a single net *sampled* from the posterior on {single}%, and a vote of 16 such nets is close to
+   EBP-P; only the most probable net sign(h) is bad ({ebp_d}%), and it gets worse every epoch ({per_epoch}%,
+   seed 0: the committed full run was at {committed_20}% at epoch 20 and {committed_last}% over its last 10). A sampled net gives the
    near-coin-flip weights independent random signs, whose sum EBP-P's σ² accounts for as noise; sign(h) gives
    them the signs of their small learned h, which are not independent of the inputs, so hundreds of weights
    that EBP-P weighs by tanh h ≈ 0 enter EBP-D's sums at full weight and in step. The share of layer-2 units
-   EBP-D sets differently from sign(ν_2) rises from 13% to 19% over the five epochs.
+   EBP-D sets differently from sign(ν_2) rises from {disagree_first}% to {disagree_last}% over the {binary_epochs} epochs (seed 0).
 4. **Is the gap to the paper explained?** No. What is shown: the readout rule is the authors'; the loss sits
    in layer-1 unit rounding (real) and in weight rounding (binary), and it is a property of the posterior
    training leaves (most weights uncertain, graded hidden units), not of a bug in EBP-D. None of the tested
    knobs (initial scale for real weights, a std floor of 25.5 on the preprocessing, seeds) brings the real gap
    to the paper's size at this truncated protocol, and neither do the two differences of the authors' training
-   loop (overlapping 11-image minibatches, a ⟨W⟩ one step stale: D − P −0.02 to −0.04 points against ours on the
+   loop (overlapping 11-image minibatches, a ⟨W⟩ one step stale: D − P {loop_lo} to {loop_hi} points against ours on the
    same seeds, within the seed SD; section "The authors' training loop", truncated protocol, real weights, their
    real-weight loop assumed to be the binary one). Candidates left open: their real-weight code (not available
    to us; a posterior whose weight variance shrinks, unlike our fixed variance 1, would make EBP-D approach

@@ -1,4 +1,4 @@
-"""Reproduce the coefficients of the fast engine's tanh and erf (ebp_fast._tanh32, _erf32) and measure their error.
+"""Reproduce the coefficients of the fast engine's tanh and erf (ebp_fast.tanh32, erf32) and measure their error.
 
     python scripts/fit_rational.py
 
@@ -18,8 +18,8 @@ from scipy import special
 import ebp_fast
 
 # name: (function, its compiled float32 version, clamp c, degree of P, degree of Q, far, iterations)
-FITS = {"tanh": (np.tanh, ebp_fast._tanh32, 7.9, 3, 4, 14.0, 800),
-        "erf": (special.erf, ebp_fast._erf32, 3.8, 6, 4, 6.0, 1500)}
+FITS = {"tanh": (np.tanh, ebp_fast.tanh32, 7.9, 3, 4, 14.0, 800),
+        "erf": (special.erf, ebp_fast.erf32, 3.8, 6, 4, 6.0, 1500)}
 
 
 def fit(f, c: float, k: int, l: int, far: float, iterations: int):

@@ -43,6 +43,18 @@ def train(architecture, dropout, data, weights="binary"):
     return net
 
 
+def numba_popcount_sums(layer: eb.PackedLayer, v_words: np.ndarray) -> np.ndarray:
+    """popcount_sums by the compiled kernels (int64; a local layer's float32 sums are integers)."""
+    sums = eb._hidden_sums(layer, np.ascontiguousarray(v_words), "packed")
+    return sums if sums.dtype == np.int64 else np.rint(sums).astype(np.int64)
+
+
+def numba_first_layer_sums(layer: eb.PackedLayer, x: np.ndarray) -> np.ndarray:
+    """A first layer's sums by its packed kernel (float64 byte tables, or float32 patch sums), as float64."""
+    return eb._first_layer_sums_compiled(layer, np.ascontiguousarray(x, dtype=np.float64),
+                                         "packed")[0].astype(np.float64)
+
+
 @pytest.fixture(scope="module")
 def small_binary_net():
     """An untrained binary net with nonzero biases: enough for the format tests, which need no data."""
@@ -195,7 +207,7 @@ def test_xnor_popcount_equals_the_dot_product_of_pm1_vectors(k):
         layer = eb.PackedLayer(eb.pack_bits(w_eff > 0), None if connected is None else eb.pack_bits(connected),
                                np.zeros(7), k)
         np.testing.assert_array_equal(eb.popcount_sums(layer, v_words), v @ w_eff.T)
-        np.testing.assert_array_equal(eb._numba_popcount_sums(layer, v_words), v @ w_eff.T)
+        np.testing.assert_array_equal(numba_popcount_sums(layer, v_words), v @ w_eff.T)
         np.testing.assert_array_equal(eb._hidden_sums(layer, v_words, "blas"), v @ w_eff.T)
 
 
@@ -212,7 +224,7 @@ def test_first_layer_sums_without_multiplications_match_the_dot_product(k):
         exact = x @ w_eff.T
         bound = 4 * k * np.finfo(float).eps * np.abs(x).sum(axis=1, keepdims=True)  # rounding, any order
         assert np.all(np.abs(eb.first_layer_sums(layer, x) - exact) <= bound)
-        assert np.all(np.abs(eb._numba_first_layer_sums(layer, x) - exact) <= bound)
+        assert np.all(np.abs(numba_first_layer_sums(layer, x) - exact) <= bound)
 
 
 @pytest.mark.parametrize("side, block", [(28, 13), (10, 3), (5, 5)])
@@ -227,7 +239,7 @@ def test_local_sums_match_the_dense_product_with_the_derived_mask(side, block):
     exact = x @ w.T
     magnitude = np.abs(x).sum(axis=1, keepdims=True)
     assert np.all(np.abs(eb.first_layer_sums(layer, x) - exact) <= 4 * side ** 2 * np.finfo(float).eps * magnitude)
-    assert np.all(np.abs(eb._numba_first_layer_sums(layer, x) - exact)  # float32
+    assert np.all(np.abs(numba_first_layer_sums(layer, x) - exact)  # float32
                   <= (side ** 2 + 1) * eb.UNIT_ROUNDOFF32 * magnitude)
 
 
@@ -252,12 +264,12 @@ def test_a_near_tie_is_decided_by_the_exact_sum():
     assert eb.exact_pre_activation(layer, x[0], 0, 1.0) == Fraction(-1, 2 ** 56)  # ... the exact one is −
     plus, near_ties = eb.first_layer_signs(layer, x, sums, 1.0)
     assert near_ties == 1 and not plus[0, 0]
-    for method in eb.METHODS:  # the compiled engine's guard, after float64 (packed) or float32 (BLAS) sums
-        words, near_ties = eb._numba_first_layer_words(layer, x, 1.0, method)
+    for method in eb.LAYER_METHODS:  # the compiled engine's guard, after float64 (packed) or float32 (BLAS) sums
+        words, near_ties = eb.compiled_first_layer_words(layer, x, 1.0, method)
         assert near_ties == 1 and words[0, 0] == 0
     layer.b[0] = -b  # now the float and the exact sign agree (+): still a near-tie, decided the same way
-    for method in eb.METHODS:
-        words, near_ties = eb._numba_first_layer_words(layer, x, 1.0, method)
+    for method in eb.LAYER_METHODS:
+        words, near_ties = eb.compiled_first_layer_words(layer, x, 1.0, method)
         assert near_ties == 1 and words[0, 0] == 1
 
 
@@ -281,7 +293,7 @@ def test_numba_and_numpy_engines_agree_on_a_trained_net(data):
     packed = eb.export_network(train([30, 10], None, data))
     x = data.x_test[:500]
     np.testing.assert_array_equal(eb.output_sums(packed, x, "numba"), eb.output_sums(packed, x, "numpy"))
-    np.testing.assert_allclose(eb._numba_first_layer_sums(packed.layers[0], x),
+    np.testing.assert_allclose(numba_first_layer_sums(packed.layers[0], x),
                                eb.first_layer_sums(packed.layers[0], x), rtol=0, atol=1e-9)
 
 
@@ -370,7 +382,7 @@ def _crafted(path, members: dict) -> Path:
 def test_the_loader_reads_the_header_first_and_never_allocates_what_a_small_file_declares(packed_file, tmp_path):
     """A 2 MB file whose signs0 declares a (30, 2**22) uint64 array (1 GB), and one whose header itself declares
     layers of 10**8 units with arrays to match: both refused, naming the array, before any array's data is read;
-    the loader never holds more than a few MB (it used to read every array first: 2.2 GB for a 2.1 MB file)."""
+    the loader never holds more than a few MB (reading every array first would take 2.2 GB for a 2.1 MB file)."""
     import tracemalloc
 
     with np.load(packed_file) as f:

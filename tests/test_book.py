@@ -19,7 +19,6 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 import pytest
-import yaml
 
 from scripts import build_book
 
@@ -43,18 +42,7 @@ LOAD_FAILURE = re.compile(r"Failed to load resource|net::ERR_|blocked by CORS|No
 
 def toc_pages() -> list[str]:
     """The book's documents in reading order, as book/_toc.yml lists them (root first)."""
-    toc = yaml.safe_load((build_book.BOOK / "_toc.yml").read_text())
-    pages = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries:
-            if "file" in entry:
-                pages.append(entry["file"])
-            walk(entry.get("sections", []))
-
-    for part in toc.get("parts", [{"chapters": toc.get("chapters", [])}]):
-        walk(part.get("chapters", []))
-    return pages
+    return build_book.toc_files(build_book.BOOK / "_toc.yml")
 
 
 PAGES = toc_pages()
@@ -106,6 +94,27 @@ def test_toc_lists_every_notebook_in_reading_order():
     assert numbered == sorted(numbered) and len(numbered) >= 10, f"numbered notebooks out of order: {numbered}"
     assert in_book[:len(numbered)] == numbered, f"a reproduction notebook comes before a numbered one: {in_book}"
     assert "docs/maths" in PAGES
+
+
+def test_a_truncated_notebook_is_named_before_the_build(tmp_path, monkeypatch, capsys):
+    """make book with a truncated notebook (and one without cells) fails at once, naming each file and how to
+    restore it, instead of with Jupyter Book's traceback."""
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "_toc.yml").write_text("format: jb-book\nroot: notebooks/README\nparts:\n  - chapters:\n"
+                                                "      - file: notebooks/good\n      - file: notebooks/cut\n"
+                                                "      - file: notebooks/empty\n")
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "README.md").write_text("# Book\n")
+    (tmp_path / "notebooks" / "good.ipynb").write_text(json.dumps({"cells": [], "nbformat": 4}))
+    (tmp_path / "notebooks" / "cut.ipynb").write_text('{"cells": [{"cell_type": "code", "sou')
+    (tmp_path / "notebooks" / "empty.ipynb").write_text("[]")
+    monkeypatch.setattr(build_book, "ROOT", tmp_path)
+    monkeypatch.setattr(build_book, "BOOK", tmp_path / "book")
+    assert build_book.main(["--out", str(tmp_path / "out")]) == 1
+    message = capsys.readouterr().err
+    assert str(tmp_path / "notebooks" / "cut.ipynb") in message and "git checkout -- notebooks/cut.ipynb" in message
+    assert str(tmp_path / "notebooks" / "empty.ipynb") in message and "good.ipynb" not in message
+    assert not (tmp_path / "out").exists()  # Jupyter Book never ran
 
 
 def test_remote_assets_are_found(tmp_path):

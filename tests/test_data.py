@@ -16,6 +16,7 @@ import hashlib
 import http.server
 import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -295,9 +296,23 @@ def test_missing_some_files_names_only_those(fake_mnist):
 
 def test_env_var_names_missing_folder(isolated, monkeypatch):
     monkeypatch.setenv(ebp_data.DATA_ENV_VAR, str(isolated / "nowhere"))
-    with pytest.raises(DataNotFoundError) as err:
+    with pytest.raises(DataNotFoundError) as err, pytest.warns(UserWarning):
         ebp_data.find_data_files("fashion-mnist")
     assert str(isolated / "nowhere" / "fashion-mnist") in str(err.value)
+
+
+def test_a_mistyped_env_var_warns_before_falling_back_to_the_cache(fake_mnist, monkeypatch):
+    """$EBP_DATA_DIR naming a folder without '<dataset>/' (a typo): the files still come from the cache, with a
+    warning that names the variable, the folder it pointed to and the fallback."""
+    root, arrays = fake_mnist
+    write_fake_dataset(ebp_data.CACHE_DIR / "mnist", arrays)
+    monkeypatch.setenv(ebp_data.DATA_ENV_VAR, str(root) + "-typo")
+    with pytest.warns(UserWarning) as caught:
+        found = ebp_data.find_data_files("mnist")
+    assert {p.parent for p in found.values()} == {ebp_data.CACHE_DIR / "mnist"}
+    message = str(caught[0].message)
+    assert ebp_data.DATA_ENV_VAR in message and str(Path(str(root) + "-typo") / "mnist") in message
+    assert str(ebp_data.CACHE_DIR / "mnist") in message
 
 
 @pytest.fixture

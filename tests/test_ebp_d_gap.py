@@ -267,3 +267,22 @@ def test_fast_engine_on_overlapping_windows_takes_one_step_per_window(weights):
         np.testing.assert_allclose(b.h, a.h, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(b.b, a.b, rtol=1e-4, atol=1e-5)
     assert max(np.abs(c.h - a.h).max() for a, c in zip(ref.layers, wrong.layers)) > 1e-3
+
+
+def test_the_committed_report_and_its_conclusions_are_generated_from_the_records():
+    """outputs/ablations/ebp-d-gap/README.md is what scripts/ebp_d_gap.py writes from its result.json, conclusions
+    included: a number changed in the records changes the conclusion that quotes it."""
+    import copy
+    import json
+
+    from fake_runs import ROOT, load_script
+
+    script = load_script("ebp_d_gap")
+    folder = ROOT / "outputs" / "ablations" / "ebp-d-gap"
+    result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+    assert script.readme(result) == (folder / "README.md").read_text(encoding="utf-8")
+    edited = copy.deepcopy(result)
+    binary = next(g for g in edited["groups"] if g["weights"] == "binary")
+    binary["final"]["ebp_d"]["mean"] = 31.4
+    conclusions = script.conclusions(edited)
+    assert "sign(h) is bad (31.4%)" in conclusions and conclusions != script.conclusions(result)

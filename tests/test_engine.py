@@ -1,5 +1,6 @@
 """Tests of the readable EBP in ebp_lib, against the references of ebp_checks. Each one fails if the maths
 it checks is broken."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -83,11 +84,28 @@ def test_h_increment_is_the_derivative_with_respect_to_mean_weight(weights):
     assert max(errors) < 1e-7, errors
 
 
+def paper_printed_deltas(net, fwd, y) -> list[np.ndarray]:
+    """Δ of the printed backward pass (no factor 2 in the hidden Δ, sqrt(K) in place of sqrt(K+1)) on a forward pass
+    `fwd` that divides by sqrt(K+1): the printed misprints plus a mismatch of the passes (the printed algorithm on
+    its own sqrt(K) forward pass is ebp_checks.algorithm1_step(net, x, y, **MISPRINTS["as printed"]))."""
+    return checks.algorithm1_variant(net, fwd, y, factor_two=False, use_nu=False, bias_in_normaliser=False)[0]
+
+
+def paper_printed_increments(net, fwd, deltas) -> list[np.ndarray]:
+    """h increments as Algorithm 1 prints them (μ_{j,l−1} in place of ν_{j,l−1}, the image x at the first layer, and
+    sqrt(K) in place of sqrt(K+1)), on a sqrt(K+1) forward pass `fwd`, as paper_printed_deltas."""
+    out = []
+    for k, (layer, delta) in enumerate(zip(net.layers, deltas)):
+        prev = fwd.inputs[0] if k == 0 else fwd.mu[k - 1]
+        out.append((delta / np.sqrt(layer.normaliser - 1)).T @ prev)
+    return out
+
+
 @pytest.mark.parametrize("weights", WEIGHTS)
 def test_paper_printed_algorithm_fails_the_delta_check(weights):
     """No factor 2 and sqrt(K) for sqrt(K+1) in the hidden Δ: wrong at every hidden layer."""
     net = small_net(weights)
-    errors = delta_errors(net, *batch(net), checks.paper_printed_deltas)
+    errors = delta_errors(net, *batch(net), paper_printed_deltas)
     assert min(errors[:-1]) > 1e-2, errors
     assert errors[-1] < 1e-7  # the output Δ is printed correctly
 
@@ -96,7 +114,7 @@ def test_paper_printed_algorithm_fails_the_delta_check(weights):
 def test_paper_printed_algorithm_fails_the_increment_check(weights):
     """μ in place of ν and sqrt(K) in place of sqrt(K+1): every layer's increment is off."""
     net = small_net(weights)
-    errors = increment_errors(net, *batch(net), checks.paper_printed_increments)
+    errors = increment_errors(net, *batch(net), paper_printed_increments)
     assert min(errors) > 1e-3, errors
 
 
@@ -106,7 +124,7 @@ def test_each_misprint_alone_is_detected():
     fwd = ebp.forward(net, x)
     good = ebp.backward(net, fwd, y)
     # sqrt(K) instead of sqrt(K+1) in the hidden Δ, factor 2 kept: still wrong by sqrt((K+1)/K) - 1
-    half = checks.paper_printed_deltas(net, fwd, y)
+    half = paper_printed_deltas(net, fwd, y)
     np.testing.assert_allclose(2 * half[1] * np.sqrt(30 / 31), good[1], rtol=1e-12)
     assert np.abs(2 * half[1] - good[1]).max() > 1e-3 * np.abs(good[1]).max()
 
@@ -192,6 +210,47 @@ def test_resume_is_bit_identical(tmp_path, dropout):
     assert drop(history) == drop(history2)
 
 
+def rewrite_meta(path, change) -> None:
+    """Rewrite the metadata of the checkpoint `path` as change(meta) returns it, keeping its arrays."""
+    with np.load(path) as f:
+        arrays = {name: f[name] for name in f.files if name != "meta"}
+        meta = json.loads(str(f["meta"]))
+    ebp_checkpoint.write_checkpoint(path, arrays, change(meta))
+
+
+def test_a_checkpoint_of_format_1_is_upgraded_and_resumed(tmp_path):
+    """A checkpoint of format 1 (no format; the configuration without mask_reading and real_update at their
+    defaults) reads as the current format with them filled in, in `config` and in `run.network`, and a run resumes
+    from it bit-identically; a newer format is refused, naming the file, and left alone."""
+    data, ckpt = tiny_data(), tmp_path / "run.npz"
+    straight, _ = ebp_train.fit(tiny_net(), data, 2, batch_size=4, seed=5)
+    ebp_train.fit(tiny_net(), data, 1, batch_size=4, seed=5, checkpoint=ckpt)
+    defaults = ebp_checkpoint.FORMAT_1_DEFAULTS
+
+    def format_1(meta):
+        meta.pop("format")
+        meta["config"] = {k: v for k, v in meta["config"].items() if k not in defaults}
+        meta["run"]["network"] = {k: v for k, v in meta["run"]["network"].items() if k not in defaults}
+        return meta
+    rewrite_meta(ckpt, format_1)
+    meta = ebp_checkpoint.read_network_meta(ckpt)
+    assert meta["format"] == ebp_checkpoint.NETWORK_FORMAT == 2
+    assert meta["config"]["mask_reading"] == meta["run"]["network"]["mask_reading"] == "absent"
+    assert meta["config"]["real_update"] == meta["run"]["network"]["real_update"] == "spec"
+    resumed, history = ebp_train.fit(tiny_net(), data, 2, batch_size=4, seed=5, checkpoint=ckpt)
+    assert len(history) == 2
+    for a, b in zip(straight.layers, resumed.layers):
+        np.testing.assert_array_equal(a.h, b.h)
+
+    rewrite_meta(ckpt, lambda meta: {**meta, "format": 3})
+    before = ckpt.read_bytes()
+    for call in (lambda: ebp_checkpoint.read_network_meta(ckpt), lambda: ebp.load_network(ckpt),
+                 lambda: ebp_train.fit(tiny_net(), data, 3, batch_size=4, seed=5, checkpoint=ckpt)):
+        with pytest.raises(ebp_checkpoint.CheckpointError, match=f"{ckpt}: this network was saved by a newer version"):
+            call()
+    assert ckpt.read_bytes() == before
+
+
 def test_same_seed_same_result_and_different_seed_differs():
     data = tiny_data()
     a, _ = ebp_train.fit(tiny_net(), data, 1, seed=0)
@@ -236,8 +295,8 @@ def test_unreadable_checkpoint_is_named(tmp_path, damage):
 
 
 def test_a_checkpoint_whose_arrays_do_not_fit_its_architecture_is_refused(tmp_path):
-    """A valid checkpoint of [784, 200, 10] whose h0 is replaced by one of shape (1, 784): load_network used to
-    broadcast it into 200 identical units and train on; it is refused before the network is built, naming the
+    """A valid checkpoint of [784, 200, 10] whose h0 is replaced by one of shape (1, 784) (numpy would broadcast it
+    into 200 identical units and train on): it is refused before the network is built, naming the
     array, its shape and the one the recorded architecture needs, and fit does not resume from it. So are an
     extra array, a non-finite value and a weight outside a spatial unit's block."""
     rng, ckpt = np.random.default_rng(0), tmp_path / "ckpt.npz"

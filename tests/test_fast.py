@@ -170,7 +170,7 @@ def test_fast_tanh_accuracy(batch):
 
 
 def test_fast_unit_means_use_an_accurate_erf():
-    """ν = erf(μ/sqrt(2σ²)) as _finish_layer computes it (_erf32) against scipy's erf, over μ/sqrt(2σ²) from −8
+    """ν = erf(μ/sqrt(2σ²)) as _finish_layer computes it (erf32) against scipy's erf, over μ/sqrt(2σ²) from −8
     to 8: within 3.5e-7 (6 float32 ulp of 1); a NaN μ stays NaN (so Δ becomes non-finite, as in the reference)."""
     units = 400_001
     mu = np.linspace(-8, 8, units).astype(np.float32)[None]
@@ -215,7 +215,7 @@ def rational64(x, c, p, q):
 
 @pytest.mark.parametrize("name", ["tanh", "erf"])
 def test_rational_fits_meet_their_error_bounds(name):
-    """The coefficients in ebp_fast's source (_tanh32 / _erf32: the clamp, then P and Q from the highest power down)
+    """The coefficients in ebp_fast's source (tanh32 / erf32: the clamp, then P and Q from the highest power down)
     are the ones the kernel computes with, and they, as well as a fresh fit by scripts/fit_rational.py, meet the
     stated error bounds on a dense grid (the refit depends on LAPACK's rounding, so the coefficients may differ)."""
     from scripts import fit_rational
@@ -243,10 +243,9 @@ def test_back_product_equals_matrix_product(units):
     np.testing.assert_allclose(ebp_fast._back_product(d, m), exact, rtol=0, atol=1e-6 * np.sqrt(units) * 10)
 
 
-@pytest.mark.parametrize("engine, bad", [("fast", np.nan), ("fast", np.inf), ("reference", np.nan),
-                                         ("jax", np.nan), ("jax", np.inf)])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("engine", ["fast", "reference", "jax"])
 def test_non_finite_stops_with_the_same_error(engine, bad):
-    # (the reference trains on with an infinite h of binary weights: ⟨W⟩ = tanh(inf) = 1; the float32 engines refuse)
     x, y = data(40)
     net = net_for("binary", [20, 15, 10], None, 1.0)
     net.layers[1].h[0, 0] = bad
@@ -257,13 +256,15 @@ def test_non_finite_stops_with_the_same_error(engine, bad):
         np.testing.assert_array_equal(layer.h, old)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("engine", ["fast", "reference", "jax"])
 @pytest.mark.parametrize("k", [0, 1, 2])
-def test_nan_bias_is_named(engine, k):
-    """A NaN in a bias is named as such, with its layer (not as a non-finite Δ of layer 1 with finite h)."""
+def test_non_finite_bias_is_named(engine, k, bad):
+    """A NaN or infinite bias is named as such, with its layer, before any step (not as a non-finite Δ of layer 1
+    with finite h; an infinite bias gives finite Δ, so nothing else would stop the epoch)."""
     x, y = data(40)
     net = net_for("binary", [20, 15, 10], None, 1.0)
-    net.layers[k].b[3] = np.nan
+    net.layers[k].b[3] = bad
     before = [(layer.h.copy(), layer.b.copy()) for layer in net.layers]
     with pytest.raises(FloatingPointError, match=f"NaN/inf in b of layer {k + 1}"):
         ebp_train.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
@@ -282,6 +283,16 @@ def test_float32_nan_image_stops_before_its_update(float32_engine):
         with pytest.raises(FloatingPointError, match=rf"non-finite Δ in layer \d+ at step {step} of epoch 1"):
             ebp_train.train_epoch(net, x, y, 10, np.random.default_rng(0), engine=engine)
     assert_close_networks(fast, reference)  # both stopped after the same finite steps
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference", "jax"])
+def test_evaluation_refuses_nan_images(engine):
+    """A NaN or inf in a test image is refused with the rows named, before any is scored (its outputs would be NaN,
+    whose argmax counts as class 0)."""
+    x, y = data(30)
+    x[[4, 17], 3] = [np.nan, np.inf]
+    with pytest.raises(ValueError, match=r"2 of the 30 images to evaluate hold NaN/inf \(rows \[4, 17\]\): drop"):
+        ebp_train.evaluate(net_for("binary", [20, 15, 10], None, 1.0), x, y.argmax(axis=1), engine=engine)
 
 
 def test_fast_overflow_during_a_call_leaves_the_network_as_it_was(monkeypatch):

@@ -54,6 +54,70 @@ def test_grad_with_frozen_variances_is_ebp(weights, architecture, dropout, mask_
         np.testing.assert_allclose(np.asarray(b), layer.b, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.b).max()))
 
 
+def trained_net(weights, architecture, dropout, mask_reading):
+    """A float64 network after two reference steps (biases and ⟨W⟩ away from their start)."""
+    net = ebp_lib.init_network(architecture, weights, seed=2, input_side=6, dropout=dropout, mask_reading=mask_reading,
+                               init_scale=3.0)
+    x, y = small_data(16, seed=4)
+    ebp_train.train_steps(net, x, y, np.arange(16), 8, np.random.default_rng(3), engine="reference")
+    return net
+
+
+def check_forward(net, x):
+    """μ and σ² of every layer at test time (sampled dropout: inputs scaled by p) against ebp_lib.forward's."""
+    s, params = ebp_jax.structure(net), ebp_jax.parameters(net)
+    moments = [ebp_jax.weight_moments(h, mask, s) for (h, _), mask in zip(params, s.masks)]
+    scales = [net.keep if net.dropout == "sampled" else None] * len(net.layers)
+    got = list(ebp_jax.forward([m for m, _ in moments], [b for _, b in params], [w2 for _, w2 in moments], x,
+                               scales, s))
+    reference = ebp_lib.forward(net, x)
+    assert len(got) == len(reference.mu)
+    for (mu, sigma2), mu_ref, sigma2_ref in zip(got, reference.mu, reference.sigma2):
+        np.testing.assert_allclose(np.asarray(mu), mu_ref, rtol=0, atol=1e-12 * max(1.0, np.abs(mu_ref).max()))
+        np.testing.assert_allclose(np.asarray(sigma2), sigma2_ref, rtol=1e-12)
+
+
+def check_weight_moments(net, x):
+    s, params = ebp_jax.structure(net), ebp_jax.parameters(net)
+    for layer, (h, _), mask in zip(net.layers, params, s.masks):
+        mean, second = ebp_jax.weight_moments(h, mask, s)
+        mean_ref, second_ref = ebp_lib.weight_moments(layer, net.weights)
+        np.testing.assert_allclose(np.asarray(mean), mean_ref, rtol=1e-15, atol=0)
+        if second is None:  # ⟨W²⟩ = 1 for every weight
+            assert np.all(second_ref == 1)
+        else:
+            np.testing.assert_allclose(np.asarray(second), second_ref, rtol=1e-15, atol=0)
+
+
+def check_ebp_p(net, x):
+    got = np.asarray(ebp_jax.ebp_p(ebp_jax.parameters(net), x, ebp_jax.structure(net)))
+    np.testing.assert_allclose(got, ebp_lib.output_ebp_p(net, x), rtol=0, atol=1e-12)
+
+
+def check_ebp_d(net, x):
+    got = np.asarray(ebp_jax.ebp_d(ebp_jax.parameters(net), x, ebp_jax.structure(net)))
+    reference = ebp_lib.output_ebp_d(net, x)
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12 * max(1.0, np.abs(reference).max()))
+
+
+CHECKS = {"weight_moments": check_weight_moments, "forward": check_forward, "ebp_p": check_ebp_p,
+          "ebp_d": check_ebp_d, "ebp_step": None}  # ebp_step: test_grad_with_frozen_variances_is_ebp
+
+
+def test_every_function_of_the_jax_table_has_a_reference_and_a_check():
+    assert set(CHECKS) == set(ebp_jax.REFERENCES)
+    for name, reference in ebp_jax.REFERENCES.items():
+        module, _, attribute = reference.rpartition(".")
+        assert module == "ebp_lib" and callable(getattr(ebp_lib, attribute)) and callable(getattr(ebp_jax, name))
+
+
+@pytest.mark.parametrize("name", [name for name, check in CHECKS.items() if check is not None])
+@pytest.mark.parametrize("weights, architecture, dropout, mask_reading", CONFIGS)
+def test_jax_function_matches_its_reference(name, weights, architecture, dropout, mask_reading):
+    """float64: the JAX forward pass, EBP-P and EBP-D equal ebp_lib's to rounding (1e-12)."""
+    CHECKS[name](trained_net(weights, architecture, dropout, mask_reading), small_data(20, seed=5)[0])
+
+
 def test_a_run_trained_in_a_group_equals_the_run_trained_alone():
     """vmap over three runs (own initial weights, own data orders): each run's parameters after an epoch are
     exactly those of train_epoch on that run alone (float64)."""
@@ -98,7 +162,7 @@ def test_matrix_products_use_full_float32_precision():
     assert ebp_jax.MATMUL_PRECISION == jax.lax.Precision.HIGHEST
     a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
     exact = a.astype(np.float64) @ a.astype(np.float64)
-    product = np.asarray(ebp_jax._matmul(jax.numpy.asarray(a), jax.numpy.asarray(a)), np.float64)
+    product = np.asarray(ebp_jax.matmul(jax.numpy.asarray(a), jax.numpy.asarray(a)), np.float64)
     assert np.max(np.abs(product - exact)) < 1e-4  # TF32 (10-bit mantissa) would err by about 1e-2 here
 
 

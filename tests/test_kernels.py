@@ -20,6 +20,7 @@ bounds of ebp_binary.near_tie_tolerance.
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -338,6 +339,27 @@ def check_train_steps(kernel, reference):
             assert_within(a.b, b.b, 1e-4 * max(scale, 1.0), f"b, {weights}")
 
 
+def check_float32_ebp_p(kernel, reference):
+    """The float32 evaluation of EBP-P (BLAS products, ⟨W²⟩ folded into σ²) against ebp_lib.output_ebp_p on the same
+    float32 numbers, for dense and local layers (absent and held), every dropout reading and the authors' variance:
+    within 1e-5 (float32 sums over ≤ 16 inputs and the float32 erf, a few u32 each)."""
+    x = np.random.default_rng(14).standard_normal((7, 16))
+    cases = [(w, d, a, "absent", "spec") for w in ("binary", "real") for d in (None, "analytic", "sampled")
+             for a in ([9, 7, 5], [("local", 2), 5])]
+    cases += [("binary", None, [("local", 2), ("local", 2), 5], "held", "spec"), ("real", None, [9, 7, 5], "absent",
+                                                                                    "authors")]
+    for weights, dropout, architecture, mask_reading, update in cases:
+        net = ebp.init_network(architecture, weights, seed=3, input_side=4, init_scale=3.0, dropout=dropout,
+                               mask_reading=mask_reading, real_update=update, dtype=np.float32)
+        for layer in net.layers:
+            layer.b[...] = np.random.default_rng(15).standard_normal(len(layer.b)).astype(np.float32) * 0.5
+        got = kernel(net, ebp_fast.float32_weight_moments(net), x)
+        assert got.dtype == np.float32
+        expected = reference(replace(net, layers=[replace(layer, h=layer.h.astype(np.float64),
+                                                          b=layer.b.astype(np.float64)) for layer in net.layers]), x)
+        assert_within(got, expected, 1e-5, f"EBP-P, {weights}, {dropout}, {architecture}, {mask_reading}, {update}")
+
+
 # ----------------------------------------------------------------------------------------------------------
 # ebp_binary_kernels against ebp_binary's numpy engine
 # ----------------------------------------------------------------------------------------------------------
@@ -357,7 +379,7 @@ def local_layer(rng, side, block, masked):
 
 
 def dense_arrays(layer):
-    return eb._work(layer, "signs_t"), eb._work(layer, "connected_t"), layer.connected is not None, layer.fan_in
+    return eb.work_array(layer, "signs_t"), eb.work_array(layer, "connected_t"), layer.connected is not None, layer.fan_in
 
 
 def check_popcount64(kernel, reference):
@@ -405,7 +427,7 @@ def check_first_layer_sums_kernel(kernel, reference):
         layer = packed_layer(rng, 21, n_inputs, masked)
         x = rng.standard_normal((7, n_inputs)) * 3
         out = np.empty((7, 21))
-        kernel(x, eb._work(layer, "plus_t"), eb._work(layer, "minus_t"), masked, eb._work(layer, "unit_span"), out)
+        kernel(x, eb.work_array(layer, "plus_t"), eb.work_array(layer, "minus_t"), masked, eb.work_array(layer, "unit_span"), out)
         bound = 2 * 4 * (n_inputs + 2) * eb.UNIT_ROUNDOFF * np.abs(x).sum(axis=1, keepdims=True)  # both orders
         assert_within(out, reference(layer, x), bound, f"first-layer sums, K = {n_inputs}")
 
@@ -418,7 +440,7 @@ def check_local_sums_kernel(kernel, reference):
         layer = local_layer(rng, side, block, masked)
         for x in (rng.standard_normal((5, side * side)) * 3, rng.choice([-1.0, 1.0], (5, side * side))):
             out = np.empty((5, layer.n_units), np.float32)
-            kernel(x.reshape(5, side, side), eb._work(layer, "patch32"), out)
+            kernel(x.reshape(5, side, side), eb.work_array(layer, "patch32"), out)
             bound = (side * side + 1) * U32 * np.abs(x).sum(axis=1, keepdims=True)
             assert_within(out, reference(layer, x), bound, f"local sums, block {block}")
         np.testing.assert_array_equal(out, reference(layer, x))  # ±1 inputs: integers, exact
@@ -475,7 +497,7 @@ def check_recheck_kernel(kernel, reference):
         words = np.zeros((6, eb.n_words(layer.n_units)), np.uint64)
         words[:] = np.uint64(0x5555555555555555)  # the bits the kernel must set or clear
         near = pairs.copy()
-        left = kernel(x, eb._work(layer, "dense8"), layer.b, 0.8, tolerance, near, len(near), words)
+        left = kernel(x, eb.work_array(layer, "dense8"), layer.b, 0.8, tolerance, near, len(near), words)
         band = np.abs(reference_u) <= eb.near_tie_tolerance(layer, x, 0.8)[pairs[:, 0], pairs[:, 1]]
         assert band[:4].all() and left == band.sum()
         assert {tuple(p) for p in near[:left]} == {tuple(p) for p in pairs[band]}
@@ -484,13 +506,14 @@ def check_recheck_kernel(kernel, reference):
 
 
 CHECKS = {
-    ebp_fast: {"_tanh32": check_tanh32, "_erf32": check_erf32, "_erfcx": check_erfcx,
+    ebp_fast: {"tanh32": check_tanh32, "erf32": check_erf32, "_erfcx": check_erfcx,
                "_output_delta": check_output_delta, "_update_row": check_update_row,
                "_refresh_row": check_refresh_row, "_layer_pass": check_layer_pass,
                "_online_pass": check_online_pass, "_finish_layer": check_finish_layer,
                "_load_inputs": check_load_inputs, "_back_product": check_back_product,
                "_updated_back": check_updated_back,
-               "_backward": check_backward, "_train_steps": check_train_steps},
+               "_backward": check_backward, "_train_steps": check_train_steps,
+               "float32_ebp_p": check_float32_ebp_p},
     ebp_binary_kernels: {"popcount64": check_popcount64, "popcount_sums_kernel": check_popcount_sums_kernel,
                          "hidden_layer_kernel": check_hidden_layer_kernel,
                          "output_layer_kernel": check_output_layer_kernel,
@@ -502,10 +525,11 @@ CHECKS = {
 
 @pytest.mark.parametrize("module", KERNEL_FILES, ids=lambda m: m.__name__)
 def test_every_compiled_function_is_in_the_tables(module):
-    """Each compiled function of a kernel file is a kernel with a reference or a part of one; every reference
-    resolves to a function, and every kernel has a check here."""
+    """Each compiled function of a kernel file is a kernel with a reference or a part of one (a kernel may also be
+    plain numpy written for speed); every reference resolves to a function, and every kernel has a check here."""
     compiled = {name for name, value in vars(module).items() if isinstance(value, CPUDispatcher)}
-    assert compiled == set(module.REFERENCES) | set(module.PARTS)
+    listed = set(module.REFERENCES) | set(module.PARTS)
+    assert compiled <= listed and all(callable(getattr(module, name)) for name in listed)
     assert not set(module.REFERENCES) & set(module.PARTS)
     assert set(module.PARTS.values()) <= set(module.REFERENCES)
     assert all(callable(resolve(name)) for name in module.REFERENCES.values())

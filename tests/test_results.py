@@ -153,6 +153,19 @@ def test_results_are_read_back_per_data_set_and_a_misplaced_one_is_an_error(rows
         load_results(tmp_path)
 
 
+def test_record_text_reaches_the_tables_escaped_on_one_line(rows, tmp_path):
+    """A refused record's own values, quoted in why it was refused, are shown as text: HTML escaped and on one line
+    (raw, an architecture of '<img ...>' would be markup in tables.md, and a line break would end the line)."""
+    record = fake_result(cell_row(rows, 2, "B-EBP-P", "200"), 120, None, "paper", 0.03)
+    record["parameters"]["architecture"] = "200<img src=x onerror=alert(1)>"
+    write_result(tmp_path, "binary-200", record)
+    loaded = load_results(tmp_path)
+    assert "<img" in loaded.rejected["paper/binary-200"][1]
+    line = coverage(rows, table_cells(rows, results_of(loaded, "paper"), "paper"), 2)
+    assert "<" not in line and "\n" not in line
+    assert "paper/binary-200/result.json is inconsistent, not used:" in line and "200&lt;img src=x" in line
+
+
 def test_fashion_mnist_tables_beside_mnist_with_missing_runs(rows):
     """The rows of another data set have no paper number; each data set's results fill only its own cells; the
     side-by-side table shows 'MNIST / Fashion-MNIST (difference)', 'not run yet' where a run is missing and the

@@ -1,4 +1,4 @@
-"""The runner and the experiment notebook under faults (issue 13, faults 1-7), one test (or more) per fault; each
+"""The runner and the experiment notebook under faults (1-7 below), one test (or more) per fault; each
 fails if the handling it covers is removed.
 
 1. resuming with other data settings is refused, naming both values;
@@ -560,9 +560,9 @@ def _edit_protocol_and_parameters(r):  # a record consistent in itself: only the
 ])
 def test_an_edited_finished_result_beside_its_checkpoint_is_inconsistent_and_nothing_is_deleted(
         finished_run, rows, edit, problem):
-    """The issue's edits of a finished run whose checkpoint is still there: each is inconsistent, naming the
-    field; the runner leaves result.json and the checkpoint as they are (it used to skip the run and delete the
-    checkpoint), and the tables show the cell as inconsistent instead of publishing the edited number."""
+    """Edits of a finished run whose checkpoint is still there: each is inconsistent, naming the field; the runner
+    leaves result.json and the checkpoint as they are (it neither skips the run nor deletes the checkpoint), and
+    the tables show the cell as inconsistent instead of publishing the edited number."""
     job, out = finished_run
     edit_result(out, edit)
     edited, checkpoint = (out / RESULT_FILE).read_bytes(), (out / CHECKPOINT_FILE).read_bytes()
