@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from ebp_lib import DEFAULT_UPDATE
 from reproduction import records
 from reproduction import successors as sc
 
@@ -58,13 +59,14 @@ def successor_rows(results: list[dict]) -> list[dict]:
 
 
 def ebp_rows(ebp_results, dataset: str) -> list[dict]:
-    """One row per EBP run of the paper's protocol on `dataset`: binary weights, no dropout, the paper's nets."""
+    """One row per EBP run of the paper's protocol on `dataset`: binary weights, no dropout, the paper's nets, the
+    spec's update (the authors' update variants are other algorithms)."""
     rows = []
     for r in ebp_results:
         p = r["parameters"]
         if (r["method"] != "ebp" or Path(r["run_dir"]).parts[0] != EBP_PROFILES[dataset] or p["dataset"] != dataset
                 or p["weights"] != "binary" or p["dropout"] is not None or p["architecture"] not in NETS
-                or not r["finished"]):
+                or p["real_update"] != DEFAULT_UPDATE or not r["finished"]):
             continue
         history, target = r["history"], sc.TARGET_ERROR[dataset]
         rows.append({"method": "ebp", "dataset": dataset, "net": p["architecture"], "seed": p["seed"],
