@@ -256,14 +256,15 @@ def update_comparison(rows: list[dict], variants: dict, names=tuple(UPDATE_VARIA
     spec's update (the variant each stands beside, UPDATE_VARIANTS) and with each variant (mean, seeds, ours −
     paper; OUTSIDE_MARK outside the band, each variant's spreads: variant_spreads), then per variant and row the
     mean of ours − paper over the cells it ran against the spec's on the same cells, and the EBP-D − EBP-P gaps."""
+    parts = [_update_table(rows, variants, beside, group) for beside, group in _groups(variants, names)]
+    return "\n\n".join(parts) if parts else "No run of these updates yet."
+
+
+def _groups(variants: dict, names) -> list[tuple[str, list[str]]]:
+    """The variants of `names` that have runs, grouped by the spec's variant each stands beside (UPDATE_VARIANTS)."""
     present = [v for v in names if variants.get(v)]
-    if not present:
-        return "No run of these updates yet."
-    parts = []
-    for beside in dict.fromkeys(UPDATE_VARIANTS[v][2] for v in present):
-        group = [v for v in present if UPDATE_VARIANTS[v][2] == beside]
-        parts.append(_update_table(rows, variants, beside, group))
-    return "\n\n".join(parts)
+    return [(beside, [v for v in present if UPDATE_VARIANTS[v][2] == beside])
+            for beside in dict.fromkeys(UPDATE_VARIANTS[v][2] for v in present)]
 
 
 def _update_table(rows: list[dict], variants: dict, beside: str, present: list[str]) -> str:
@@ -279,7 +280,18 @@ def _update_table(rows: list[dict], variants: dict, beside: str, present: list[s
         entries = [_update_entry(row, variants[v].get(key), spreads[v]) for v in [beside, *present]]
         lines.append(f"| Table {row['table']} {row['row']} {row['column']} | {row['paper_error']:.2f} | "
                      + " | ".join(entries) + " |")
-    lines.append("")
+    lines += ["", *_variant_lines(rows, variants, beside, present, spreads, keys)]
+    lines += _gap_lines(rows, variants, beside, present, spreads)
+    return "\n".join(lines)
+
+
+def _variant_lines(rows: list[dict], variants: dict, beside: str, present: list[str], spreads: dict,
+                   keys: list) -> list[str]:
+    """Per variant and row over the cells `keys`: the mean of ours − paper against the spec's on the same cells,
+    how often the paper's number is within the band, and the paired per-seed difference (_paired_line)."""
+    by_key = {cell_key(r): r for r in rows}
+    spec = "spec" if beside == "main" else f"spec, {beside}"
+    lines = []
     for v in present:
         for label in dict.fromkeys(by_key[k]["row"] for k in keys):
             pairs = [(band(by_key[k], variants[beside].get(k), spreads[beside]),
@@ -289,11 +301,22 @@ def _update_table(rows: list[dict], variants: dict, beside: str, present: list[s
                 before = statistics.fmean(a["difference"] for a, _ in pairs)
                 other = statistics.fmean(b["difference"] for _, b in pairs)
                 inside = sum(not b["outside"] for _, b in pairs), sum(not a["outside"] for a, _ in pairs)
-                lines.append(f"- {v}, {label} ({len(pairs)} cells): ours − paper {other:+.2f} on average "
+                cells = f"{len(pairs)} cell{'s' if len(pairs) > 1 else ''}"
+                lines.append(f"- {v}, {label} ({cells}): ours − paper {other:+.2f} on average "
                              f"({spec} {before:+.2f}); the paper's number within the band in {inside[0]} of "
                              f"{len(pairs)} ({spec} {inside[1]}).{_paired_line(variants, beside, v, keys, label)}")
-    lines += _gap_lines(rows, variants, beside, present, spreads)
-    return "\n".join(lines)
+    return lines
+
+
+def update_findings(rows: list[dict], variants: dict, names=tuple(UPDATE_VARIANTS)) -> str:
+    """Markdown: update_comparison's lines per variant and row without its tables (for the documents that quote
+    them: scripts/readme_tables.py copies them into docs/maths.md)."""
+    lines = []
+    for beside, group in _groups(variants, names):
+        spreads = {v: variant_spreads(variants, v) for v in [beside, *group]}
+        keys = [cell_key(r) for r in rows if any(cell_key(r) in variants[v] for v in group)]
+        lines += _variant_lines(rows, variants, beside, group, spreads, keys)
+    return "\n".join(lines) if lines else "No run of these updates yet."
 
 
 def _paired_line(variants: dict, beside: str, variant: str, keys: list, label: str) -> str:

@@ -126,9 +126,12 @@ def test_the_authors_real_weight_code_within_the_band_explains_a_real_cell(rows)
     assert found[0] == "the authors' real-weight code gives 2.45 (n = 1), within the band"
     text = agreement.update_comparison(rows, variants)
     assert "| Table 2 R-EBP-D [800,800] | 2.42 | 3.00 (n = 3, +0.58) † | 2.45 (n = 1, +0.03) |" in text
-    assert "- authors, R-EBP-D (1 cells): ours − paper +0.03 on average (spec +0.58)" in text
+    assert "- authors, R-EBP-D (1 cell): ours − paper +0.03 on average (spec +0.58)" in text
     assert "- Table 2 [800,800], R-EBP-D − R-EBP-P: paper +0.32; ours: spec +0.90, authors +0.33." in text
     assert agreement.update_comparison(rows, {"main": variants["main"]}) == "No run of these updates yet."
+    findings = agreement.update_findings(rows, variants)  # what docs/maths.md quotes: the lines, not the tables
+    assert findings.splitlines() == [line for line in text.splitlines() if line.startswith("- authors")]
+    assert "|" not in findings and "R-EBP-D − R-EBP-P" not in findings
 
 
 def test_the_authors_binary_code_of_2015_stands_beside_the_held_reading(rows):

@@ -17,19 +17,22 @@ def test_splice_replaces_only_the_block():
 
 def test_check_names_a_stale_block(tmp_path, capsys):
     """Each block is checked against its own file: a stale block fails with its name; rewriting fixes it."""
-    for name, rendered in readme_tables.BLOCKS.items():
-        (tmp_path / rendered).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rendered).write_text(f"{name} rendered\n")
-    blocks = "".join(f"{s}\n{name} rendered\n{e}\n" for name in readme_tables.BLOCKS
-                     for s, e in [readme_tables.markers(name)])
-    (tmp_path / "README.md").write_text(f"intro\n{blocks}outro\n")
+    for name, (document, rendered) in readme_tables.BLOCKS.items():
+        for path, text in [(rendered, f"{name} rendered\n"), (document, "intro\n")]:
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).write_text(text)
+    for name, (document, _) in readme_tables.BLOCKS.items():
+        start, end = readme_tables.markers(name)
+        with open(tmp_path / document, "a") as f:
+            f.write(f"{start}\n{name} rendered\n{end}\noutro\n")
     assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 0
-    (tmp_path / readme_tables.BLOCKS["summary"]).write_text("summary newer\n")
-    assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 1
-    assert "summary block" in capsys.readouterr().err
-    assert readme_tables.main(["--root", str(tmp_path)]) == 0  # rewrite, then the check passes
-    assert "summary newer" in (tmp_path / "README.md").read_text()
-    assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 0
+    for name, (document, rendered) in readme_tables.BLOCKS.items():
+        (tmp_path / rendered).write_text(f"{name} newer\n")
+        assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 1
+        assert f"{name} block" in capsys.readouterr().err
+        assert readme_tables.main(["--root", str(tmp_path)]) == 0  # rewrite, then the check passes
+        assert f"{name} newer" in (tmp_path / document).read_text()
+        assert readme_tables.main(["--check", "--root", str(tmp_path)]) == 0
 
 
 README = readme_tables.REPO / "README.md"
