@@ -15,8 +15,9 @@ the code version, and README.md shows the tables.
   python scripts/ebp_d_gap.py            # every run (about 25 minutes on one core), then result.json, README.md
   python scripts/ebp_d_gap.py --report   # only rebuild result.json and README.md from the run records
   python scripts/ebp_d_gap.py --quick    # a smoke test: 2,000 images, 1 epoch, into .cache/ebp-d-gap-quick
-  python scripts/ebp_d_gap.py --loop     # the authors' training loop (overlapping 11-image minibatches, a ⟨W⟩ one
-                                         # step stale) against ours: runs-loop/<run>.json (about 30 min of one core)
+  python scripts/ebp_d_gap.py --loop     # two differences of the authors' training loop (overlapping 11-image
+                                         # minibatches, only in their first commit; a ⟨W⟩ one step stale, in the code
+                                         # the paper ran) against ours: runs-loop/<run>.json (about 30 min of one core)
 """
 from __future__ import annotations
 
@@ -322,9 +323,10 @@ TEXT_TAIL = """## Conclusions
    μ√N = ⟨W⟩ν + b puts the bias on the same footing as the deterministic W v + b). The only difference is
    MATLAB's sign(0) = 0 against our +1, which needs a pre-activation of exactly 0: on every trained net above the
    transcription (`ebp_analysis.ebp_d_authors`) and ours give identical outputs (section 1 says how many images
-   differ). The gap is therefore not in the readout rule. The two differences of the authors' *training* loop
-   (their minibatch indices tt:tt+10 hold 11 images and overlap by one; they refresh tanh h from the h before the
-   update, one step late) were measured afterwards (section "The authors' training loop", real [200, 200], 5-10
+   differ). The gap is therefore not in the readout rule. Two differences of the authors' *training* loop
+   (minibatch indices tt:tt+10, 11 images overlapping by one, which only their first commit had: it was fixed in
+   December 2014, before the paper; and tanh h refreshed from the h before the update, one step late, which the
+   code the paper ran had until September 2015) were measured afterwards (section "The authors' training loop", real [200, 200], 5-10
    epochs, 3 seeds): neither, alone or together, moves D − P by more than a few hundredths of a point.
 2. **Real [200, 200]: the whole gap is the rounding of hidden layer 1.** EBP-P with layer 1 rounded to ±1 (and
    the weights' posterior kept) is as bad as EBP-D; rounding layer 2 costs nothing; rounding both is EBP-D.
@@ -353,16 +355,16 @@ TEXT_TAIL = """## Conclusions
    to the paper's size at this truncated protocol, and neither do the two differences of the authors' training
    loop (overlapping 11-image minibatches, a ⟨W⟩ one step stale: D − P {loop_lo} to {loop_hi} points against ours on the
    same seeds, within the seed SD; section "The authors' training loop", truncated protocol, real weights, their
-   real-weight loop assumed to be the binary one). Candidates left open: their real-weight code (not available
-   to us; a posterior whose weight variance shrinks, unlike our fixed variance 1, would make EBP-D approach
-   EBP-P), the binary [800, 800] net with their loop (not run: the real-weight runs gave no reason to), and
-   run-to-run spread at 120 epochs.
+   real-weight loop assumed to be the binary one). Since then their real-weight code has been read and run: it
+   back-propagates Δ through the updated weights, which most likely produced the paper's real two-layer EBP-D
+   numbers; and the stale ⟨W⟩ of their binary code has been run at the full protocol on the binary nets of
+   Tables 2 and 4 (docs/maths.md, "The authors' real-weight code" and "The authors' binary code of 2015"). Left
+   open: the binary [800, 800] net under their binary loop (not run) and run-to-run spread at 120 epochs.
 5. **What it would take to close it at the full protocol:** several seeds of the 120-epoch two-hidden-layer
    runs (real [200, 200] is about 10 minutes of a free core; binary [800, 800] about an hour) to put a seed SD
    on our gap and on the 37%; and the readings above applied to the final nets (they need checkpoints, which
-   finished runs do not keep). The authors' overlapping minibatches and lagged tanh h were measured at the
-   truncated protocol and changed nothing that matters; repeating them at 120 epochs is low priority (the lag
-   needs the reference engine: about 15-25 s an epoch for real [200, 200] here, against 3-4 s)."""
+   finished runs do not keep). The lagged tanh h has since been run at 120 epochs on binary nets (the fast
+   engine has it as the update "authors-2015"); the overlapping minibatches are not the code the paper ran."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -563,8 +565,9 @@ TEXT_LOOP_HEAD = """## The authors' training loop
 **Question.** Two differences between the authors' training loop (`Binary_EBP_minibatch.m`) and ours were open
 (conclusion 1): (1) `for tt=1:batch_size:T; batch_size=min(batch_size,T-tt); batch_ind=tt:(tt+batch_size)`
 takes batch_size + 1 = 11 images per minibatch, and consecutive minibatches share one image (the last of one is the
-first of the next; for 60,000 images: 5,999 windows of 11 and a last one of 10, 6,000 steps an epoch as ours);
-(2) in the backward loop they set `tanh_h_cell(ll)={tanh(h)}` with the h from *before* this step's update, so the
+first of the next; for 60,000 images: 5,999 windows of 11 and a last one of 10, 6,000 steps an epoch as ours),
+in the file's first commit (28de5e3, November 2014) only: the next (b675655, December 2014, before the paper)
+takes `tt:(tt+batch_size-1)`, 10 images; (2) in the backward loop they set `tanh_h_cell(ll)={tanh(h)}` with the h from *before* this step's update, so the
 forward pass and the backward pass's ⟨W⟩ (and σ²'s 1 − tanh² h) of step t use h as it was before step t − 1's
 update: one step stale (the bias is not). Their update is numerically ours. Do these change EBP-D − EBP-P?
 
