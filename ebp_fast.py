@@ -1,5 +1,5 @@
-"""The fast engine's compiled kernels (engine="fast", ebp_lib's default): EBP's training steps in float32, a whole
-train_epoch call in one compiled (numba) function, and the thin orchestration around it (a float32 working copy
+"""The fast engine's compiled kernels (engine="fast", ebp_train's default): EBP's training steps in float32, a
+whole train_epoch call in one compiled (numba) function, and the thin orchestration around it (a float32 working copy
 of the network, its parameters written back).
 
 Nothing here is needed to read the algorithm: every kernel computes equations that ebp_lib writes in plain numpy,

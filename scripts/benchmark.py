@@ -18,9 +18,10 @@ What it does, in this order:
     worker processes running at the same time (both cores busy), plus the cost of fit's per-epoch evaluation.
  4. One-epoch test error: [784,200,10] binary, batch 10, one full epoch with each engine from the same seed;
     both EBP-P/EBP-D test errors are reported (they must agree within noise: a few test images).
-Results go to outputs/benchmark.json (and a summary to stdout), with the machine: CPU model and flags, library
-versions, load average before and after (reproduction.records.timing_record: above 1 per core it refuses to run,
-or with --allow-loaded marks the record "loaded": true). Times are CPU seconds of the timed process
+Results go to the --out file (make benchmark: .cache/benchmark.json; outputs/benchmark.json is the committed
+record) and a summary to stdout, with the machine: CPU model and flags, library versions, load average before
+and after (reproduction.records.timing_record: above 1 per core it refuses to run, or with --allow-loaded marks
+the record "loaded": true). Times are CPU seconds of the timed process
 (time.process_time): other people's jobs on the machine inflate wall-clock times but much less CPU times;
 wall-clock samples/s are recorded as well. Ratios compare fast and reference measured in the same run.
 """
@@ -249,7 +250,7 @@ def machine(allow_loaded: bool = False, load=None) -> dict:
     """Where and with what the benchmark ran, and the load average when it started (reproduction.records.
     timing_record: it refuses a loaded machine unless allow_loaded); git_changed lists the timed code's files that
     differ from git_commit."""
-    return records.timing_record(git_paths=("ebp_lib.py", "ebp_fast.py", "scripts/benchmark.py"),
+    return records.timing_record(git_paths=("ebp_lib.py", "ebp_train.py", "ebp_fast.py", "scripts/benchmark.py"),
                                  allow_loaded=allow_loaded, load=load)
 
 
