@@ -101,3 +101,23 @@ def test_figure_text_is_readable_in_the_book(notebook):
     assert not small, (f"figures whose text is under {ebp_analysis.MIN_TEXT_PX} px at the book's "
                        f"{ebp_analysis.BOOK_COLUMN_PX} px column (draw them with ebp_analysis.subplots):\n  "
                        + "\n  ".join(small))
+
+
+def test_the_helpers_draw_at_the_book_width():
+    """ebp_analysis.subplots and subplot_mosaic draw BOOK_WIDTH inches wide at FIGURE_DPI, or narrower when asked;
+    a wider figure is refused."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = ebp_analysis.subplots(2, 2, height=5, sharey=True)
+    assert tuple(fig.get_size_inches()) == pytest.approx((ebp_analysis.BOOK_WIDTH, 5))
+    assert fig.dpi == ebp_analysis.FIGURE_DPI and axes.shape == (2, 2)
+    narrow, _ = ebp_analysis.subplots(width=5.5, height=3)
+    mosaic, panels = ebp_analysis.subplot_mosaic([["a", "b"], ["c", "c"]], height=6)
+    assert narrow.get_size_inches()[0] == 5.5 and sorted(panels) == ["a", "b", "c"]
+    assert mosaic.get_size_inches()[0] == pytest.approx(ebp_analysis.BOOK_WIDTH)
+    with pytest.raises(ValueError, match="at most BOOK_WIDTH"):
+        ebp_analysis.subplots(1, 4, width=14, height=3)
+    plt.close("all")
