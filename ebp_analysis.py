@@ -7,7 +7,8 @@ uncertainty of weights and hidden units (notebook 06, scripts/ebp_d_gap.py); and
 the same test images (paired_rates: McNemar and the paired standard error) and of Monte Carlo checks
 (sampled_mean_outside_rate: the exact null rate); and a neighbour of EBP, probabilistic backpropagation's
 assumed-density-filtering update of each weight's mean and variance, beside exact Bayes for one weight (notebook 05);
-and sliders that redraw a figure in a live kernel (notebooks 01, 02, 06).
+and sliders that redraw a figure in a live kernel (notebooks 01, 02, 06); and the figures' size (subplots,
+subplot_mosaic): every figure of the numbered notebooks is drawn at the width the book shows it.
 
 They are analysis, not the algorithm (ebp_lib) and not a check of it (ebp_checks).
 """
@@ -517,6 +518,47 @@ def exact_one_weight_posterior(c, y, m0, v0, offset, noise_var, half_width: floa
         means.append(mean)
         variances.append(np.sum(p * (w - mean) ** 2))
     return {"mean": np.array(means), "var": np.array(variances), "w": w, "density": p / (w[1] - w[0])}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Figures drawn at the width the book shows them
+# ----------------------------------------------------------------------------------------------------------
+
+# The book (book/, `make book`) shows a cell's output in a column 688 CSS px wide at the 1280 x 900 window its
+# browser test reads the pages in (wider windows give up to 790 px); a wider image is shrunk to fit, and its text
+# with it. A figure drawn 14 inches wide at 100 dpi is shown at half size, its 10 pt tick labels 7 px high. So
+# every figure is drawn at most BOOK_WIDTH inches wide at FIGURE_DPI, shown at its own size, and no text is
+# smaller than MIN_FONT_PT: 8 pt at 100 dpi is 11 px. Panels that do not fit side by side at that width go in
+# rows. tests/test_book_figures.py checks the saved figures against these numbers, and tests/test_book.py that
+# the book's column is still BOOK_COLUMN_PX wide.
+BOOK_COLUMN_PX = 688
+FIGURE_DPI = 100
+BOOK_WIDTH = BOOK_COLUMN_PX / FIGURE_DPI        # 6.88 inches
+MIN_FONT_PT = 8
+MIN_TEXT_PX = 10                                # what a reader can read: the smallest text, in px at book width
+
+
+def _book_figsize(width: float | None, height: float) -> tuple[float, float]:
+    width = BOOK_WIDTH if width is None else width
+    if not 0 < width <= BOOK_WIDTH:
+        raise ValueError(f"a figure for the book is at most BOOK_WIDTH = {BOOK_WIDTH} inches wide, not {width}")
+    return width, height
+
+
+def subplots(nrows: int = 1, ncols: int = 1, *, height: float, width: float | None = None, **options):
+    """matplotlib.pyplot.subplots at the book's width (or `width` inches, narrower) and FIGURE_DPI; `options`
+    go to pyplot.subplots (sharex, layout, gridspec_kw, ...). Returns (figure, axes) as pyplot.subplots does."""
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(nrows, ncols, figsize=_book_figsize(width, height), dpi=FIGURE_DPI, **options)
+
+
+def subplot_mosaic(mosaic, *, height: float, width: float | None = None, **options):
+    """matplotlib.pyplot.subplot_mosaic at the book's width, e.g. [["a", "b"], ["c", "c"]]: three panels in two
+    rows, the third as wide as the figure. Returns (figure, dict of axes by name)."""
+    import matplotlib.pyplot as plt
+
+    return plt.subplot_mosaic(mosaic, figsize=_book_figsize(width, height), dpi=FIGURE_DPI, **options)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from urllib.request import url2pathname
 
 import pytest
 
+import ebp_analysis
 from scripts import build_book
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,6 +200,8 @@ return {
   nav: [...document.querySelectorAll('nav.bd-docs-nav a.reference')].map((a) => a.href),
   fetched: performance.getEntriesByType('resource').map((e) => e.name),
   tables: article.querySelectorAll('table').length,
+  shown_figures: [...article.querySelectorAll('.cell_output img')].map((i) => [i.naturalWidth,
+                                                                              i.getBoundingClientRect().width]),
   clipped: clipped(article),
 };
 """
@@ -263,6 +266,13 @@ def test_page_in_browser(browser, book, page):
     broken = [i["src"] for i in seen["images"] if not i["ok"]]
     assert not broken, f"images that did not load: {broken}"
     assert seen["figures"] >= figures, f"{figures} figures in the notebook, {seen['figures']} on the page"
+
+    # Every figure is shown at its own size or the full ebp_analysis.BOOK_COLUMN_PX: the column is still as wide
+    # as tests/test_book_figures.py reckons when it measures the figures' text.
+    shrunk = [f"{natural} px wide, shown {shown:.0f} px" for natural, shown in seen["shown_figures"]
+              if shown < min(natural, ebp_analysis.BOOK_COLUMN_PX) - 1]
+    assert not shrunk, (f"figures shrunk by a column narrower than {ebp_analysis.BOOK_COLUMN_PX} px "
+                        f"(ebp_analysis.BOOK_COLUMN_PX is out of date): {shrunk}")
 
     # Every link into the book reaches a file of the book, and its anchor is on that page.
     bad = []
