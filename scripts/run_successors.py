@@ -4,14 +4,20 @@
 One process, one CPU thread (XLA's and BLAS's), runs one after another: for each selected method, net, dataset and
 seed, the grid (preprocessing x the method's hyperparameters) on a validation split of the training set, then the
 chosen point with its schedule and early stopping, then the evaluation of the best epoch's ±1 net through
-ebp_binary's packed inference. Finished runs are skipped; an interrupted run resumes (grid per point, training per
-epoch). Results: outputs/successors/<profile>/<dataset>/<method>-<arch>[-seed<N>]/result.json and binary_net.npz
+ebp_binary's packed inference. Every seed runs its own grid (--tune-seed 0: the grid runs once per method, net
+and dataset, on seed 0, and the other seeds train at the point it chose, recorded as protocol "shortened").
+Order: the seeds in increasing order (every seed-0 run first), then the datasets, nets and methods in the order
+given (by default MNIST [784, 800, 10] with all three methods first). Finished runs are skipped; an interrupted
+run resumes (grid per point, training per epoch): run the same command again. Two processes with disjoint --seed
+(without --tune-seed) or disjoint --dataset share a 2-core machine.
+Results: outputs/successors/<profile>/<dataset>/<method>-<arch>[-seed<N>]/result.json and binary_net.npz
 (checkpoint.npz while unfinished; never commit it).
 
 Examples (from the repository root; `python` is the project's interpreter, e.g. .venv/bin/python):
 
   python scripts/run_successors.py --profile smoke                       # every run, smoke profile (minutes)
   python scripts/run_successors.py --seed 0 1 2                           # the full protocol: 3 methods x 2 nets x 2 datasets
+                                                                          # (at most ~8.5 core-hours: notebooks/successors.ipynb)
   python scripts/run_successors.py --method bop --arch 800 --dataset mnist
   python scripts/run_successors.py --seed 0 1 2 --list                    # state of every run; runs nothing
 """
@@ -39,6 +45,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "protocol 'smoke' under outputs/successors/smoke")
     for name in ("grid_epochs", "max_epochs", "n_train", "n_validation", "mc_samples"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
+    parser.add_argument("--tune-seed", type=int, dest="tune_seed",
+                        help="run the grid on this seed only and train the other seeds at its choice (default: "
+                             "every seed runs its own grid)")
     parser.add_argument("--out", default=sc.OUTPUT_DIR, help="default: outputs/successors")
     parser.add_argument("--data-dir", help="folder holding mnist/ and fashion-mnist/ (default: $EBP_DATA_DIR)")
     parser.add_argument("--allow-dirty", action="store_true",
@@ -48,10 +57,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def select_jobs(args) -> list[tuple[dict, object]]:
-    """(parameters, folder) of every selected run, all validated: seed by seed, dataset, net, method."""
-    overrides = {k: getattr(args, k) for k in ("grid_epochs", "max_epochs", "n_train", "n_validation", "mc_samples")}
+    """(parameters, folder) of every selected run, all validated: seed by seed (increasing; with --tune-seed, that
+    seed first, whose grid the others use), dataset, net, method."""
+    overrides = {k: getattr(args, k) for k in ("grid_epochs", "max_epochs", "n_train", "n_validation", "mc_samples",
+                                               "tune_seed")}
     jobs = []
-    for seed in args.seed:
+    for seed in sorted(set(args.seed), key=lambda s: (s != args.tune_seed, s)):
         for dataset in args.dataset:
             for arch in args.arch:
                 for method in args.method:

@@ -34,7 +34,8 @@ import numpy as np
 N_CLASSES = 10
 N_INPUTS = 784
 BN_EPSILON = 1e-4     # ε in sqrt(v + ε) (PyTorch's default is 1e-5; a little more keeps float32 folding exact)
-BN_MOMENTUM = 0.1     # running ← (1 − momentum)·running + momentum·batch, as PyTorch's BatchNorm1d
+BN_MOMENTUM = 0.15    # running ← (1 − momentum)·running + momentum·batch (PyTorch's convention): 0.15 in both
+                      # BinaryConnect's MNIST code (mnist.py, alpha = .15) and BayesBiNN's (--bnmomentum 0.15)
 
 
 def layer_sizes(hidden: tuple[int, ...]) -> tuple[int, ...]:

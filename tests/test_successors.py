@@ -211,7 +211,7 @@ def test_nll_and_ece_by_hand():
 
 def test_parameters_protocol_labels_and_bad_input():
     full = sc.make_parameters("bop", "mnist", "800")
-    assert sc.protocol_label(full) == "tuned" and sc.n_tuned(full) == 3 and len(sc.grid_keys(full)) == 12
+    assert sc.protocol_label(full) == "tuned" and sc.n_tuned(full) == 3 and len(sc.grid_keys(full)) == 18
     assert sc.protocol_label(sc.make_parameters("bop", "mnist", "800", "smoke")) == "smoke"
     assert "SMOKE" in sc.describe_protocol(sc.make_parameters("ste", "mnist", "800", "smoke"))
     assert sc.run_dir(sc.make_parameters("ste", "fashion-mnist", "800-800", "smoke", seed=2)).parts[-3:] == (
@@ -222,6 +222,57 @@ def test_parameters_protocol_labels_and_bad_input():
             sc.make_parameters(*args)
     with pytest.raises(ValueError, match="grid"):
         sc.make_parameters("ste", "mnist", "800", grid={"gamma": [0.1]})
+    with pytest.raises(ValueError, match="tune_seed"):
+        sc.make_parameters("ste", "mnist", "800", tune_seed=-1)
+
+
+# Each method's published MNIST (Bop: CIFAR-10) setting, from the authors' code (notebooks/successors.ipynb gives the
+# files and lines): the grid recorded in every run's parameters must hold it, the fixed values must be it.
+PUBLISHED = {
+    "ste": ({"learning_rate": 1e-3}, {"latent_bound": 1.0, "glorot_lr_scale": 1.0}),  # BinaryConnect mnist.py
+    "bop": ({"gamma": 1e-4, "tau": 1e-8}, {"adam_learning_rate": 1e-2}),  # rethinking-bnn-optimization bop_sec52
+    "bayesbinn": ({"alpha": 1e-4}, {"tau": 1e-10, "lambda_init": 10.0, "lambda_prior": 0.0}),  # main_mnist.py
+}
+OTHER_PUBLISHED = [("bop", {"gamma": 1e-3, "tau": 1e-6}), ("bop", {"gamma": 1e-2, "tau": 1e-7}),  # bop set, Bop()
+                   ("ste", {"learning_rate": 1e-4})]  # BayesBiNN's STE-Adam baseline (main_mnist.py --lr)
+
+
+@pytest.mark.parametrize("method", sorted(PUBLISHED))
+def test_recorded_grid_holds_and_fixed_values_are_the_published_setting(method):
+    params = sc.make_parameters(method, "mnist", "800")
+    tuned, fixed = PUBLISHED[method]
+    points = sc.grid_keys(params)
+    published = [{**tuned, **extra} for m, extra in [(method, {})] + OTHER_PUBLISHED if m == method]
+    for setting in published:
+        assert any(all(p[k] == v for k, v in setting.items()) for p in points), setting
+    assert {k: params["fixed"][k] for k in fixed} == fixed
+    assert "unit" in params["preprocessing_grid"] and params["batch_size"] == 100  # every method's published batch
+    assert mlp.BN_MOMENTUM == 0.15 and mlp.BN_EPSILON == 1e-4  # BinaryConnect's and BayesBiNN's MNIST code
+
+
+def test_ste_latent_weights_start_in_the_bound_and_step_by_the_glorot_factor():
+    sizes = mlp.layer_sizes((5,))
+    state = ste.init(jax.random.PRNGKey(0), sizes, dict(ste.FIXED))
+    assert all(float(jnp.abs(w).max()) <= 1.0 and float(jnp.abs(w).max()) > 0.9 for w in state["latent"])
+    rng = np.random.default_rng(0)
+    x, y = jnp.asarray(rng.normal(size=(8, 784)), jnp.float32), jnp.asarray(rng.integers(0, 10, 8))
+    state["latent"] = [0.5 * w for w in state["latent"]]  # away from the clip
+    hyper = {"learning_rate": 1e-4, "decay": 1.0}
+    plain, _ = ste.step(state, x, y, None, {**hyper, **ste.FIXED, "glorot_lr_scale": 0.0})
+    scaled, _ = ste.step(state, x, y, None, {**hyper, **ste.FIXED})
+    assert ste.glorot_factor(784, 800) == pytest.approx(32.496, abs=1e-3)
+    for w0, a, b in zip(state["latent"], plain["latent"], scaled["latent"]):
+        # float32 rounding of w0 + step: a few ulps of 0.5 (6e-8 each), times the factor
+        np.testing.assert_allclose(b - w0, ste.glorot_factor(*w0.shape) * (a - w0), rtol=1e-3, atol=4e-6)
+    for key in ("real",):  # the reals take the plain step either way
+        for a, b in zip(jax.tree_util.tree_leaves(plain[key]), jax.tree_util.tree_leaves(scaled[key])):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_bayesbinn_starts_at_plus_or_minus_lambda_init():
+    state = bayesbinn.init(jax.random.PRNGKey(0), (784, 30, 10), dict(bayesbinn.FIXED))
+    lam = np.concatenate([np.asarray(a).ravel() for a in state["lam"]])
+    assert set(np.unique(lam)) == {-10.0, 10.0} and abs(np.mean(lam > 0) - 0.5) < 0.03
 
 
 SMALL = {"n_train": 700, "n_validation": 200, "grid_epochs": 1, "max_epochs": 3, "patience": 1,
@@ -244,3 +295,37 @@ def test_an_interrupted_run_resumes_to_the_same_record(real_data_dir, tmp_path, 
     strip = [{k: v for k, v in h.items() if k != "train_seconds"} for h in whole["history"]]
     assert [{k: v for k, v in h.items() if k != "train_seconds"} for h in resumed["history"]] == strip
     assert resumed["evaluation"]["outputs"] == whole["evaluation"]["outputs"]
+
+
+def test_other_seeds_train_at_the_point_chosen_by_the_grid_of_seed_0(real_data_dir, tmp_path):
+    quiet = {"echo": lambda *_: None, "allow_dirty": True}
+    small = {**SMALL, "max_epochs": 2}
+    grid = {"gamma": [1e-4, 1e-3], "tau": [1e-6]}
+    params = sc.make_parameters("bop", "mnist", "16", grid=grid, seed=1, tune_seed=0, **small)
+    seed0 = sc.make_parameters("bop", "mnist", "16", grid=grid, tune_seed=0, **small)
+    folder = tmp_path / "mnist" / sc.run_name(params)
+    record = sc.run(params, folder, real_data_dir, **quiet)
+    source = sc.read_result(folder.parent / sc.run_name(seed0))  # the grid of seed 0, run first, no training yet
+    assert source["parameters"] == seed0 and source["epochs_done"] == 0 and not source["finished"]
+    assert record["finished"] and record["grid"]["points"] == source["grid"]["points"]
+    assert record["grid"]["tuned_on_seed"] == 0 and record["grid"]["chosen"] == source["grid"]["chosen"]
+    assert "grid run once, on seed 0" in record["protocol_description"] and sc.record_problems(record) == []
+    assert record["train_seconds"] == pytest.approx(sum(h["train_seconds"] for h in record["history"]), abs=0.02)
+    finished0 = sc.run(seed0, folder.parent / sc.run_name(seed0), real_data_dir, **quiet)  # resumes after the grid
+    assert finished0["finished"] and finished0["grid"]["points"] == source["grid"]["points"]
+    assert "its choice used by every seed" in finished0["protocol_description"]
+    assert sc.protocol_label(sc.make_parameters("bop", "mnist", "800", seed=1, tune_seed=0)) == "shortened"
+    assert sc.protocol_label(sc.make_parameters("bop", "mnist", "800", seed=1)) == "tuned"
+
+
+def test_runner_orders_runs_seed_0_first_and_mnist_800_first(tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("run_successors", sc.REPO / "scripts" / "run_successors.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    jobs = script.select_jobs(script.parse_args(["--seed", "2", "0", "1", "--out", str(tmp_path)]))
+    order = [(p["seed"], p["dataset"], p["architecture"], p["method"]) for p, _ in jobs]
+    assert len(order) == 36 and order[:3] == [(0, "mnist", "800", m) for m in ("ste", "bop", "bayesbinn")]
+    assert [s for s, *_ in order] == sorted(s for s, *_ in order)  # every seed-0 run before any other
+    jobs = script.select_jobs(script.parse_args(["--seed", "0", "1", "2", "--tune-seed", "1", "--out", str(tmp_path)]))
+    assert [p["seed"] for p, _ in jobs[:12]] == [1] * 12 and all(p["tune_seed"] == 1 for p, _ in jobs)
