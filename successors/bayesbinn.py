@@ -95,12 +95,13 @@ def natural_step(lam, delta, g, alpha, tau, n_data, lambda_prior):
     return (1.0 - alpha) * lam + alpha * (lambda_prior - n_data * scale_s(lam, delta, tau) * g)
 
 
-def step(state: dict, x, labels, key, hyper: dict):
-    """One minibatch: one relaxed sample, its gradient, the natural-parameter step on λ, Adam on the reals."""
+def step(state: dict, x, labels, key, hyper: dict, loss=mlp.loss):
+    """One minibatch: one relaxed sample, its gradient, the natural-parameter step on λ, Adam on the reals.
+    `loss(weights, real, stats, x, labels) -> (value, stats)`: the net's (successors.mlp's unless given)."""
     keys = jax.random.split(key, len(state["lam"]))
     deltas = [gumbel_delta(k, lam.shape) for k, lam in zip(keys, state["lam"])]
     w_r = [relaxed(lam, delta, hyper["tau"]) for lam, delta in zip(state["lam"], deltas)]
-    (value, stats), (gw, gr) = jax.value_and_grad(mlp.loss, argnums=(0, 1), has_aux=True)(
+    (value, stats), (gw, gr) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
         w_r, state["real"], state["stats"], x, labels)
     alpha = hyper["alpha"] * hyper["decay"]
     lam = [natural_step(lam, delta, g, alpha, hyper["tau"], hyper["n_data"], hyper["lambda_prior"])

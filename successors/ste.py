@@ -56,10 +56,11 @@ def init(key, sizes: tuple[int, ...], hyper: dict) -> dict:
     return {**params, "stats": mlp.init_stats(sizes), "adam": ADAM.init(params)}
 
 
-def step(state: dict, x, labels, key, hyper: dict):
-    """One minibatch: the STE gradient, Adam on latent weights and reals, latent weights clipped to [−1, 1]."""
+def step(state: dict, x, labels, key, hyper: dict, loss=mlp.loss):
+    """One minibatch: the STE gradient, Adam on latent weights and reals, latent weights clipped to [−1, 1].
+    `loss(weights, real, stats, x, labels) -> (value, stats)`: the net's (successors.mlp's unless given)."""
     def objective(params):
-        return mlp.loss([ste_sign(w) for w in params["latent"]], params["real"], state["stats"], x, labels)
+        return loss([ste_sign(w) for w in params["latent"]], params["real"], state["stats"], x, labels)
 
     params = {"latent": state["latent"], "real": state["real"]}
     (value, stats), grads = jax.value_and_grad(objective, has_aux=True)(params)
