@@ -68,9 +68,9 @@ def init(key, sizes: tuple[int, ...], hyper: dict) -> dict:
     return {"lam": lam, "real": real, "stats": mlp.init_stats(sizes), "adam": ADAM.init(real)}
 
 
-def gumbel_delta(key, shape):
-    """δ = ½ ln(ε / (1 − ε)), ε ~ U(0, 1): the logistic noise of the relaxation."""
-    eps = jax.random.uniform(key, shape, jnp.float32, 1e-7, 1.0 - 1e-7)
+def gumbel_delta(key, shape, dtype=jnp.float32):
+    """δ = ½ ln(ε / (1 − ε)), ε ~ U(0, 1): the logistic noise of the relaxation (in λ's dtype, in `step`)."""
+    eps = jax.random.uniform(key, shape, dtype, 1e-7, 1.0 - 1e-7)
     return 0.5 * jnp.log(eps / (1.0 - eps))
 
 
@@ -99,7 +99,7 @@ def step(state: dict, x, labels, key, hyper: dict, loss=mlp.loss):
     """One minibatch: one relaxed sample, its gradient, the natural-parameter step on λ, Adam on the reals.
     `loss(weights, real, stats, x, labels) -> (value, stats)`: the net's (successors.mlp's unless given)."""
     keys = jax.random.split(key, len(state["lam"]))
-    deltas = [gumbel_delta(k, lam.shape) for k, lam in zip(keys, state["lam"])]
+    deltas = [gumbel_delta(k, lam.shape, lam.dtype) for k, lam in zip(keys, state["lam"])]
     w_r = [relaxed(lam, delta, hyper["tau"]) for lam, delta in zip(state["lam"], deltas)]
     (value, stats), (gw, gr) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
         w_r, state["real"], state["stats"], x, labels)

@@ -44,18 +44,18 @@ def loss(weights: list, real: dict, stats: dict, x, y):
     return jnp.mean(jax.nn.softplus(-y * logits(weights, real, x))), stats
 
 
-def init(method: str, key, hidden: int, hyper: dict) -> dict:
+def init(method: str, key, hidden: int, hyper: dict, dtype=jnp.float32) -> dict:
     """The method's start on the (3, hidden, 1) net: STE's Glorot-uniform latent weights or BayesBiNN's
     λ ~ U(−1, 1)·lambda_init (as ste.init, bayesbinn.init), e^s = 1/sqrt(hidden) (mlp.init_real), Adam's state."""
     sizes = (3, hidden, 1)
     keys = jax.random.split(key, 2)
-    real = {"log_scale": jnp.asarray(-0.5 * np.log(hidden), jnp.float32)}
+    real = {"log_scale": jnp.asarray(-0.5 * np.log(hidden), dtype)}
     if method == "ste":
-        latent = [jax.random.uniform(k, s, jnp.float32, -np.sqrt(6 / sum(s)), np.sqrt(6 / sum(s)))
+        latent = [jax.random.uniform(k, s, dtype, -np.sqrt(6 / sum(s)), np.sqrt(6 / sum(s)))
                   for k, s in zip(keys, zip(sizes[:-1], sizes[1:]))]
         params = {"latent": latent, "real": real}
         return {**params, "stats": {}, "adam": ste.ADAM.init(params)}
-    lam = [hyper["lambda_init"] * jax.random.uniform(k, s, jnp.float32, -1.0, 1.0)
+    lam = [hyper["lambda_init"] * jax.random.uniform(k, s, dtype, -1.0, 1.0)
            for k, s in zip(keys, zip(sizes[:-1], sizes[1:]))]
     return {"lam": lam, "real": real, "stats": {}, "adam": bayesbinn.ADAM.init(real)}
 
@@ -69,22 +69,28 @@ def _run(method: str, state: dict, xb, yb, key, hyper: dict) -> dict:
 
 
 def train(method: str, x: np.ndarray, y: np.ndarray, hidden: int, hyper: dict, seed: int, epochs: int,
-          batch_size: int) -> dict:
+          batch_size: int, x64: bool = False) -> dict:
     """`epochs` passes over (x, y) in minibatches of `batch_size` (a new random order each pass, a last partial
     batch dropped), each one `step` of `method` ("ste" or "bayesbinn"); the seed sets the start, the orders and
-    the method's noise. `hyper`: the step's hyperparameters (floats; the step-size factor `decay` is 1)."""
+    the method's noise. `hyper`: the step's hyperparameters (floats; the step-size factor `decay` is 1).
+    x64: train in float64 (under jax.enable_x64; the methods' random draws stay float32), so that the rounding of
+    another CPU's instructions is less likely to change the run (the state is then float64)."""
     rng = np.random.default_rng(seed)
     n = len(x) // batch_size * batch_size
     idx = np.array([rng.permutation(len(x))[:n] for _ in range(epochs)], int).reshape(-1, batch_size)
-    hyper = {k: jnp.asarray(v, jnp.float32) for k, v in {"decay": 1.0, **hyper}.items()}
-    key_init, key_run = jax.random.split(jax.random.PRNGKey(seed))
-    state = init(method, key_init, hidden, hyper)
-    return _run(method, state, jnp.asarray(x[idx], jnp.float32), jnp.asarray(y[idx], jnp.float32), key_run, hyper)
+    with jax.enable_x64(x64):
+        dtype = jnp.float64 if x64 else jnp.float32
+        hyper = {k: jnp.asarray(v, dtype) for k, v in {"decay": 1.0, **hyper}.items()}
+        key_init, key_run = jax.random.split(jax.random.PRNGKey(seed))
+        state = init(method, key_init, hidden, hyper, dtype)
+        return _run(method, state, jnp.asarray(x[idx], dtype), jnp.asarray(y[idx], dtype), key_run, hyper)
 
 
 def deployed(method: str, state: dict) -> list:
-    """The ±1 net: STE's sign(w_r), BayesBiNN's mode sign(λ)."""
-    return METHODS[method].deployed(state)
+    """The ±1 net: STE's sign(w_r), BayesBiNN's mode sign(λ) (read under jax.enable_x64, so that the float64
+    state of train(x64=True) is read as it is; the weights are ±1 float32 either way)."""
+    with jax.enable_x64(True):
+        return METHODS[method].deployed(state)
 
 
 def deployed_probability(weights: list, real: dict, x: np.ndarray) -> np.ndarray:

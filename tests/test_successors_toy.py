@@ -58,15 +58,19 @@ def test_monte_carlo_predictive_converges_to_the_mean_field_one():
 @pytest.mark.parametrize("method,hyper", [("ste", {"learning_rate": 0.1}),
                                           ("bayesbinn", {**bayesbinn.FIXED, "alpha": 1e-2, "n_data": 60.0,
                                                          "tau": 1.0, "lambda_init": 15.0})])
-def test_training_reproduces_itself_and_learns_a_line(method, hyper):
+@pytest.mark.parametrize("x64", [False, True])
+def test_training_reproduces_itself_and_learns_a_line(method, hyper, x64):
     rng = np.random.default_rng(2)
     points = rng.uniform(-1, 1, (60, 2))
     x, y = np.c_[points, np.ones(60)], np.where(points @ [1.0, 1.0] + 1 > 0, 1.0, -1.0)  # a line a unit draws
-    first, again = (toy.train(method, x, y, 3, hyper, seed=0, epochs=300, batch_size=20) for _ in range(2))
+    first, again = (toy.train(method, x, y, 3, hyper, seed=0, epochs=300, batch_size=20, x64=x64) for _ in range(2))
     for a, b in zip(jax.tree_util.tree_leaves(first), jax.tree_util.tree_leaves(again)):
         np.testing.assert_array_equal(a, b)
+    assert first["real"]["log_scale"].dtype == (np.float64 if x64 else np.float32)
     p = toy.deployed_probability(toy.deployed(method, first), first["real"], x)
     assert np.mean((p > 0.5) != (y > 0)) < 0.1
-    start = toy.train(method, x, y, 3, hyper, seed=0, epochs=0, batch_size=20)
-    assert float(toy.loss(toy.deployed(method, first), first["real"], {}, x, y)[0]) < \
-        float(toy.loss(toy.deployed(method, start), start["real"], {}, x, y)[0])
+    start = toy.train(method, x, y, 3, hyper, seed=0, epochs=0, batch_size=20, x64=x64)
+    with jax.enable_x64(x64):   # a float64 state is read as it is
+        trained, untrained = (float(toy.loss(toy.deployed(method, s), s["real"], {}, x, y)[0]) for s in (first, start))
+    assert trained < untrained
+
