@@ -75,9 +75,9 @@ def init(key, sizes: tuple[int, ...], hyper: dict) -> dict:
     return {"lam": lam, "real": real, "stats": mlp.init_stats(sizes), "adam": ADAM.init(real)}
 
 
-def gumbel_delta(key, shape):
-    """δ = ½ ln(ε / (1 − ε)), ε ~ U(0, 1): the logistic noise of the relaxation."""
-    eps = jax.random.uniform(key, shape, jnp.float32, 1e-7, 1.0 - 1e-7)
+def gumbel_delta(key, shape, dtype=jnp.float32):
+    """δ = ½ ln(ε / (1 − ε)), ε ~ U(0, 1): the logistic noise of the relaxation (in λ's dtype, in `step`)."""
+    eps = jax.random.uniform(key, shape, dtype, 1e-7, 1.0 - 1e-7)
     return 0.5 * jnp.log(eps / (1.0 - eps))
 
 
@@ -102,12 +102,13 @@ def natural_step(lam, delta, g, alpha, tau, n_data, lambda_prior):
     return (1.0 - alpha) * lam + alpha * (lambda_prior - n_data * scale_s(lam, delta, tau) * g)
 
 
-def step(state: dict, x, labels, key, hyper: dict):
-    """One minibatch: one relaxed sample, its gradient, the natural-parameter step on λ, Adam on the reals."""
+def step(state: dict, x, labels, key, hyper: dict, loss=mlp.loss):
+    """One minibatch: one relaxed sample, its gradient, the natural-parameter step on λ, Adam on the reals.
+    `loss(weights, real, stats, x, labels) -> (value, stats)`: the net's (successors.mlp's unless given)."""
     keys = jax.random.split(key, len(state["lam"]))
-    deltas = [gumbel_delta(k, lam.shape) for k, lam in zip(keys, state["lam"])]
+    deltas = [gumbel_delta(k, lam.shape, lam.dtype) for k, lam in zip(keys, state["lam"])]
     w_r = [relaxed(lam, delta, hyper["tau"]) for lam, delta in zip(state["lam"], deltas)]
-    (value, stats), (gw, gr) = jax.value_and_grad(mlp.loss, argnums=(0, 1), has_aux=True)(
+    (value, stats), (gw, gr) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
         w_r, state["real"], state["stats"], x, labels)
     alpha = hyper["alpha"] * hyper["decay"]
     lam = [natural_step(lam, delta, g, alpha, hyper["tau"], hyper["n_data"], hyper["lambda_prior"])

@@ -64,11 +64,12 @@ def init(key, sizes: tuple[int, ...], hyper: dict) -> dict:
     return {**params, "stats": mlp.init_stats(sizes), "adam": ADAM.init(params)}
 
 
-def step(state: dict, x, labels, key, hyper: dict):
+def step(state: dict, x, labels, key, hyper: dict, loss=mlp.loss):
     """One minibatch: the STE gradient, Adam on latent weights (step times the Glorot factor where
-    glorot_lr_scale > 0) and reals, latent weights clipped to [−H, H]."""
+    glorot_lr_scale > 0) and reals, latent weights clipped to [−H, H].
+    `loss(weights, real, stats, x, labels) -> (value, stats)`: the net's (successors.mlp's unless given)."""
     def objective(params):
-        return mlp.loss([ste_sign(w) for w in params["latent"]], params["real"], state["stats"], x, labels)
+        return loss([ste_sign(w) for w in params["latent"]], params["real"], state["stats"], x, labels)
 
     params = {"latent": state["latent"], "real": state["real"]}
     (value, stats), grads = jax.value_and_grad(objective, has_aux=True)(params)
