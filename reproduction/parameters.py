@@ -104,9 +104,31 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# The paper's architecture names: hidden layer sizes joined by "-" ("800", "800-800"), "block<k>" (one locally
+# connected layer of k×k blocks) or "361-100" (two of 10×10 blocks); digits are ASCII, with no spaces or "_", so
+# that a name is recorded and compared exactly as the tables write it. The names are the paper's and this harness's,
+# not the maths': ebp_lib takes the layer lists they stand for.
+ARCHITECTURE_NAME = re.compile(r"(?:block[0-9]+|[0-9]+(?:-[0-9]+)*)", re.ASCII)
+
+
+def paper_architecture(name: str, n_classes: int = 10) -> list:
+    """The layer list (ebp_lib.init_network's architecture) of one of the paper's architecture names: "800",
+    "800-800" (1D input), "block13" (spatial, one hidden layer of (28-13+1)² units), "361-100" (spatial: 10×10
+    blocks twice). ValueError for a name that is not of ARCHITECTURE_NAME's form; block sizes are checked by
+    architecture_layers."""
+    if not ARCHITECTURE_NAME.fullmatch(name):
+        raise ValueError(f"unknown architecture {name!r}; use e.g. '800', '800-800', 'block13' or '361-100' (ASCII "
+                         f"digits, no spaces)")
+    if name.startswith("block"):
+        return [("local", int(name[5:])), n_classes]
+    if name == "361-100":
+        return [("local", 10), ("local", 10), n_classes]
+    return [int(v) for v in name.split("-")] + [n_classes]
+
+
 def architecture_layers(name) -> list:
     """The layer list of a paper architecture name ("200", "800-800", "block13", "361-100"), validated."""
-    layers = ebp_lib.paper_architecture(str(name))
+    layers = paper_architecture(str(name))
     ebp_lib.check_architecture(layers, 28)  # block sizes must fit the 28x28 image
     return layers
 
@@ -169,7 +191,7 @@ class RunConfig:
 
     @property
     def layers(self) -> list:
-        """The network's layer list (ebp_lib.paper_architecture of the architecture's name)."""
+        """The network's layer list (paper_architecture of the architecture's name)."""
         return architecture_layers(self.architecture)
 
     def network(self, dtype=None) -> ebp_lib.Network:

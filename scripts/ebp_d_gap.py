@@ -36,6 +36,7 @@ import ebp_data
 import ebp_lib as ebp
 import ebp_train
 from reproduction.paper_tables import read_paper_tables
+from reproduction.parameters import paper_architecture
 from reproduction.records import machine_record, read_record, write_atomically, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +102,7 @@ def tracked(net: ebp.Network, x: np.ndarray) -> dict:
 
 
 def train_one(data: ebp_data.Dataset, weights, architecture, init_scale, epochs, std_floor, seed) -> dict:
-    net = ebp.init_network(ebp.paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
+    net = ebp.init_network(paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
     x_track = data.x_test[:N_TRACK]
     per_epoch = [{"epoch": 0, **ebp_train.evaluate(net, data.x_test, data.labels_test), **tracked(net, x_track)}]
     start = time.perf_counter()
@@ -408,7 +409,7 @@ def train_loop_one(data: ebp_data.Dataset, weights, architecture, init_scale, ep
     tests/test_ebp_d_gap.py checks) or with the reference engine and a stale ⟨W⟩ (ebp_analysis.train_authors_loop,
     one call per epoch: the lag restarts every epoch, as one call of Binary_EBP_minibatch.m). Evaluation as in fit."""
     overlap, lag, engine = LOOP_VARIANTS[variant]
-    net = ebp.init_network(ebp.paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
+    net = ebp.init_network(paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
     x_track, rng = data.x_test[:N_TRACK], np.random.default_rng(seed)
     per_epoch = [{"epoch": 0, **ebp_train.evaluate(net, data.x_test, data.labels_test), **tracked(net, x_track)}]
     start = time.perf_counter()

@@ -11,6 +11,7 @@ import ebp_checks as checks
 import ebp_data
 import ebp_lib as ebp
 import ebp_train
+from reproduction.parameters import paper_architecture
 
 WEIGHTS = ["binary", "real"]
 
@@ -167,9 +168,9 @@ def test_local_mask_fan_in_and_size(block):
 
 
 def test_paper_spatial_architectures():
-    assert [ebp.init_network(ebp.paper_architecture(f"block{s}")).sizes[1] for s in range(17, 11, -1)] == \
+    assert [ebp.init_network(paper_architecture(f"block{s}")).sizes[1] for s in range(17, 11, -1)] == \
         [144, 169, 196, 225, 256, 289]
-    assert ebp.init_network(ebp.paper_architecture("361-100")).sizes == [784, 361, 100, 10]
+    assert ebp.init_network(paper_architecture("361-100")).sizes == [784, 361, 100, 10]
 
 
 @pytest.mark.parametrize("weights", WEIGHTS)
