@@ -201,6 +201,13 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
         raise ValueError(f"unknown mask reading {mask_reading!r}; choose 'absent' or 'held'")
     check_update(real_update, weights)
     check_architecture(architecture, input_side)
+    return _new_network(architecture, weights, seed, input_side, init_scale, dropout, keep, dtype, mask_reading,
+                        real_update)
+
+
+def _new_network(architecture, weights, seed, input_side, init_scale, dropout, keep, dtype, mask_reading,
+                 real_update) -> Network:
+    """init_network without its checks, for values validated already (reproduction.parameters.RunConfig.network)."""
     rng = np.random.default_rng(seed)
     layers, width, side = [], input_side ** 2, input_side
     for spec in architecture:

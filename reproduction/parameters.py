@@ -18,6 +18,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 import ebp_lib
 import ebp_train
 from reproduction.records import REPO
@@ -45,6 +47,7 @@ PAPER_EPOCHS, FULL_TRAIN = 120, 60000
 DATASET_CHOICES = ("mnist", "fashion-mnist")  # the data sets of ebp_data.DATASETS that experiments train on
 WEIGHTS = ("binary", "real")
 PREPROCESSINGS = ("pixel", "global", "unit")
+INPUT_SIDE = 28  # the side of the data sets' images, 28x28 pixels
 MASK_READINGS = ebp_lib.MASK_READINGS  # absent (default) or held: docs/maths.md §Spatial filtering
 # spec (default) or one of the authors' codes (ebp_lib.UPDATES): docs/maths.md §The authors' real-weight code,
 # §The authors' binary code of 2015
@@ -129,7 +132,7 @@ def paper_architecture(name: str, n_classes: int = 10) -> list:
 def architecture_layers(name) -> list:
     """The layer list of a paper architecture name ("200", "800-800", "block13", "361-100"), validated."""
     layers = paper_architecture(str(name))
-    ebp_lib.check_architecture(layers, 28)  # block sizes must fit the 28x28 image
+    ebp_lib.check_architecture(layers, INPUT_SIDE)  # block sizes must fit the 28x28 image
     return layers
 
 
@@ -194,12 +197,13 @@ class RunConfig:
         """The network's layer list (paper_architecture of the architecture's name)."""
         return architecture_layers(self.architecture)
 
-    def network(self, dtype=None) -> ebp_lib.Network:
-        """The run's new network (ebp_lib.init_network): the one the notebook and a group (reproduction.group)
-        start from, checkpoint aside."""
-        return ebp_lib.init_network(self.layers, self.weights, self.seed, init_scale=self.init_scale,
-                                    dropout=self.dropout, keep=self.keep, mask_reading=self.mask_reading,
-                                    real_update=self.real_update, **({} if dtype is None else {"dtype": dtype}))
+    def network(self, dtype=np.float64) -> ebp_lib.Network:
+        """The run's new network, as ebp_lib.init_network builds it: the one the notebook and a group
+        (reproduction.group) start from, checkpoint aside. Its values were validated when this RunConfig was built,
+        so they are not checked again (ebp_lib._new_network, init_network's unchecked half)."""
+        return ebp_lib._new_network(paper_architecture(self.architecture), self.weights, self.seed, INPUT_SIDE,
+                                    self.init_scale, self.dropout, self.keep, dtype, self.mask_reading,
+                                    self.real_update)
 
     def describe(self) -> str:
         """One deterministic line saying what the run trains (describe_experiment)."""

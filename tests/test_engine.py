@@ -410,6 +410,10 @@ def test_sampled_dropout_step_without_rng_is_refused():
     (dict(architecture=[10], keep=0.0), r"\(0, 1\]"),
     (dict(architecture=[10], keep=1.5), r"\(0, 1\]"),
     (dict(architecture=[10], dropout="gaussian"), "dropout"),
+    (dict(architecture=[10], init_scale=0.0), "init_scale=0.0 must be positive"),
+    (dict(architecture=[("local", 13), 10], mask_reading="partly"), "unknown mask reading 'partly'"),
+    (dict(architecture=[10], real_update="newest"), "unknown update 'newest'"),
+    (dict(architecture=[10], real_update="authors"), "the update 'authors' is the authors' code for real weights"),
 ])
 def test_invalid_network_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
