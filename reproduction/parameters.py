@@ -5,9 +5,10 @@ configuration is a RunConfig, a frozen dataclass whose fields are the parameters
 there once; DEFAULT_PARAMETERS is their dict, which the notebook's `parameters` cell assigns with the same values:
 tests/test_parameters.py holds the two together). A RunConfig validates itself when it is built, naming every
 problem at once, so it is built once where parameters come in: the command line (paper_tables.make_jobs), the
-papermill parameters (the experiment notebook) and a run record (folder.ebp_record_problems); everything after
-takes the RunConfig as it is, down to the network (RunConfig.network) and its checkpoint (checkpoint_config). A
-profile (PROFILES) is the protocol a batch of runs trains with: epochs, training images and batch size.
+papermill parameters (the experiment notebook) and a run record (records.record_problems, through
+folder.ebp_expected); everything after takes the RunConfig as it is, down to the network (RunConfig.network) and
+its checkpoint (checkpoint_config). A profile (PROFILES) is the protocol a batch of runs trains with: epochs,
+training images and batch size.
 """
 from __future__ import annotations
 

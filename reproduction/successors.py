@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 import ebp_checkpoint
-from reproduction import backprop, records
+from reproduction import backprop, records, tuned
 from reproduction.records import code_state
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ OUTPUT_DIR = REPO / "outputs" / "successors"
 RESULT_FILE, CHECKPOINT_FILE, NET_FILE = "result.json", "checkpoint.npz", "binary_net.npz"
 DATASETS = backprop.DATASETS
 ARCHITECTURES = ("800", "800-800")  # the paper's nets [784, 800, 10] and [784, 800, 800, 10]; others accepted
-FULL_TRAIN, TRAIN_ERROR_IMAGES = backprop.FULL_TRAIN, backprop.TRAIN_ERROR_IMAGES
+FULL_TRAIN, TRAIN_ERROR_IMAGES = tuned.FULL_TRAIN, tuned.TRAIN_ERROR_IMAGES
 TARGET_ERROR = {"mnist": 0.03, "fashion-mnist": 0.15}  # "epochs to reach": first epoch at or below this test error
 
 PROTOCOL = {"batch_size": 100, "preprocessing_grid": ["pixel", "unit"], "grid_epochs": 3, "max_epochs": 120,
@@ -290,56 +290,31 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
 PACKAGES = ("numpy", "jax", "jaxlib", "optax")
 
 
-def read_result(folder) -> dict | None:
-    try:
-        return records.read_record(Path(folder) / RESULT_FILE)
-    except (FileNotFoundError, records.RecordError):
-        return None
+def successor_expected(data: dict) -> records.Expected | list[str]:
+    """What a successor run record's parameters give (records.record_problems checks the record against it): as a
+    backprop record's (tuned.expected), and a finished run's packed net must agree with its float evaluation."""
+    found = tuned.expected(data, lambda p: make_parameters(p.get("method"), p.get("dataset"), p.get("architecture"),
+                                                           p.get("profile"), **{k: p.get(k) for k in OVERRIDABLE}),
+                           protocol_label, describe_protocol)
+    if isinstance(found, records.Expected) and data["finished"] and (
+            (data["evaluation"] or {}).get("packed", {}).get("mismatches") != 0):
+        found = found._replace(problems=("evaluation.packed.mismatches: the packed net disagrees with the float "
+                                         "evaluation",))
+    return found
 
 
-def record_problems(data: dict) -> list[str]:
-    """Whatever disagrees within a successor run record (records.record_problems)."""
-    params = data["parameters"]
-    try:
-        valid = make_parameters(params.get("method"), params.get("dataset"), params.get("architecture"),
-                                params.get("profile"), **{k: params.get(k) for k in OVERRIDABLE})
-    except (ValueError, TypeError) as err:
-        return [f"parameters: {err}"]
-    n_images = valid["n_train"] or FULL_TRAIN
-    derived = {"protocol": protocol_label(valid), "protocol_description": describe_protocol(valid),
-               "n_train_images": n_images - valid["n_validation"], "n_validation_images": valid["n_validation"]}
-    best = data["best_epoch"]
-    if best is not None and not 1 <= best <= len(data["history"]):
-        return [f"best_epoch: {best}, but the history holds {len(data['history'])} epochs"]
-    final = None if best is None else {k: data["history"][best - 1].get(k)
-                                       for k in records.HISTORY_ERRORS["successor"]}
-    problems = records.record_problems(data, valid, derived, final, "best-validation epoch", valid["max_epochs"],
-                                       may_stop_early=True)
-    if data["finished"] and (data["evaluation"] or {}).get("packed", {}).get("mismatches") != 0:
-        problems.append("evaluation.packed.mismatches: the packed net disagrees with the float evaluation")
-    return problems
+records.EXPECTED["successor"] = successor_expected
 
 
 def make_record(params, grid, history, schedule, finished, sessions, evaluation) -> dict:
+    """The result.json of a run (tuned.record), with the final evaluation of its best epoch."""
     chosen = choose_point(grid) if len(grid) == len(grid_keys(params)) else None
     best = history[schedule["best_epoch"] - 1] if schedule and schedule.get("best_epoch") else None
-    n_images = params["n_train"] or FULL_TRAIN
-    return {
-        "format": records.RECORD_FORMAT, "method": "successor", "parameters": params,
-        "protocol": protocol_label(params), "protocol_description": describe_protocol(params),
-        "finished": bool(finished), "phase": "finished" if finished else ("training" if chosen else "grid"),
-        "grid": {"points": grid, "rule": "lowest validation error of the deployed net after the last grid epoch",
-                 "chosen": None if chosen is None else {k: v for k, v in chosen.items() if k not in (
-                     "validation_error", "diverged", "train_seconds")}},
-        "epochs_done": len(history), "best_epoch": None if best is None else best["epoch"],
-        "stopped_early": bool(finished and len(history) < params["max_epochs"]),
-        "n_train_images": n_images - params["n_validation"], "n_validation_images": params["n_validation"],
-        "final": None if best is None else {k: best[k] for k in records.HISTORY_ERRORS["successor"]},
-        "evaluation": evaluation, "history": history,
-        "train_seconds": round(sum(p["train_seconds"] for p in grid) + sum(h["train_seconds"] for h in history), 2),
-        "git_commit": sessions[-1]["git_commit"], "git_dirty": any(s.get("git_dirty") for s in sessions),
-        "versions": records.package_versions(PACKAGES), "sessions": sessions,
-    }
+    return tuned.record("successor", params, (protocol_label(params), describe_protocol(params)),
+                        {"points": grid, "rule": "lowest validation error of the deployed net after the last grid epoch",
+                         "chosen": None if chosen is None else {k: v for k, v in chosen.items() if k not in (
+                             "validation_error", "diverged", "train_seconds")}},
+                        history, best, finished, sessions, PACKAGES, evaluation=evaluation)
 
 
 def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool = False,
@@ -348,17 +323,11 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
     record written to folder/result.json. The checkpoint is removed once the finished record is written."""
     folder = Path(folder or run_dir(params))
     code = code_state(allow_dirty)
-    previous = read_result(folder)
-    if previous is None and (folder / RESULT_FILE).exists():
-        raise ValueError(f"{folder / RESULT_FILE} is unreadable; move it aside to rerun this run")
-    if previous is not None and previous.get("parameters") != params:
-        raise ValueError(f"{folder} holds a run with other parameters "
-                         f"({backprop.differences(previous['parameters'], params)}); move that folder away or run "
-                         f"with the same parameters to resume it")
+    previous = tuned.open_run(folder, params)
     if previous and previous.get("finished"):
         return previous
     sessions = list((previous or {}).get("sessions", []))
-    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": records.cpu_model(), **code}
+    session = tuned.new_session(code)
     started = time.time()
     grid = list((previous or {}).get("grid", {}).get("points", []))
 
@@ -366,7 +335,7 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
         current = {**session, "wall_seconds": round(time.time() - started, 2), "to_epoch": len(history)}
         record = make_record(params, grid, history, schedule, finished, sessions + [current], evaluation)
         folder.mkdir(parents=True, exist_ok=True)
-        records.write_record(folder / RESULT_FILE, record, record_problems)
+        records.write_record(folder / RESULT_FILE, record)
         return record
 
     label = f"{params['dataset']} {params['method']}-{params['architecture']} seed {params['seed']}"
@@ -432,15 +401,7 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
 
 
 def run_state(folder, params: dict) -> str:
-    """A short description of a run folder's progress, for the script's --list."""
-    result = read_result(folder)
-    if result is None:
-        return "unreadable result.json" if (Path(folder) / RESULT_FILE).exists() else "not started"
-    if result.get("parameters") != params:
-        return "other parameters (not resumable with these)"
-    if result.get("finished"):
-        return (f"finished: test error {100 * result['evaluation']['packed']['error']:.2f}% (packed) at epoch "
-                f"{result['best_epoch']} of {result['epochs_done']}")
-    if result["grid"]["chosen"] is None:
-        return f"grid {len(result['grid']['points'])}/{len(grid_keys(params))}"
-    return f"epoch {result['epochs_done']}/{params['max_epochs']} (at most)"
+    """A short description of a run folder's progress, for the script's --list (tuned.run_state)."""
+    return tuned.run_state(folder, params, len(grid_keys(params)), lambda result: (
+        f"finished: test error {100 * result['evaluation']['packed']['error']:.2f}% (packed) at epoch "
+        f"{result['best_epoch']} of {result['epochs_done']}"))

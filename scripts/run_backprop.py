@@ -20,7 +20,7 @@ import argparse
 import sys
 
 from reproduction import backprop as bp
-from reproduction import records
+from reproduction import tuned
 
 OVERRIDES = ("batch_size", "learning_rate_grid", "preprocessing_grid", "grid_epochs", "max_epochs", "patience",
              "stop_patience", "n_validation", "n_train")
@@ -88,22 +88,8 @@ def main(argv=None) -> int:
         return 0
     from threadpoolctl import threadpool_limits
 
-    try:
-        records.code_state(args.allow_dirty)
-    except records.DirtyTreeError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    failed = 0
     with threadpool_limits(limits=args.threads):
-        for params, folder in jobs:
-            try:
-                bp.run(params, folder, data_dir=args.data_dir, allow_dirty=args.allow_dirty)
-            except (ValueError, FloatingPointError) as err:  # one run's fault: report it, go on with the rest
-                print(f"error: {err}", file=sys.stderr)
-                failed += 1
-                continue
-            print(f"{params['dataset']} {folder.name}: {bp.run_state(folder, params)}")
-    return 1 if failed else 0
+        return tuned.run_jobs(jobs, bp.run, bp.run_state, args.allow_dirty, args.data_dir)
 
 
 if __name__ == "__main__":

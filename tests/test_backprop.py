@@ -8,6 +8,7 @@ import pytest
 
 from reproduction import backprop as bp
 from reproduction import backprop_mlp as mlp
+from reproduction import records
 from scripts import run_backprop
 
 SMALL = {"n_train": 1200, "n_validation": 400, "batch_size": 50, "grid_epochs": 1, "max_epochs": 4,
@@ -174,17 +175,16 @@ def test_a_folder_of_another_run_is_refused_and_left_alone(small_run):
 def test_the_baseline_reads_and_checks_its_runs_as_the_ebp_runs_are(small_run):
     """One run-folder machinery for both methods: a backprop run folder is read by the reader of every run folder
     (reproduction.folder.read_result), its record passes and an edited one fails the one check the tables use
-    (results.record_problems), and a checkpoint of another run is refused with the checkpoint error of the project
+    (records.record_problems), and a checkpoint of another run is refused with the checkpoint error of the project
     (ebp_checkpoint.CheckpointError), naming the file."""
     import ebp_checkpoint
     from reproduction import folder as run_folder
-    from reproduction import results
 
     params, folder, data_dir = small_run
     record = bp.run(params, folder, data_dir, echo=lambda *_: None, allow_dirty=True, stop_after_epochs=1)
-    assert run_folder.read_result(folder) == record and results.record_problems(record) == []
+    assert run_folder.read_result(folder) == record and records.record_problems(record) == []
     edited = {**record, "n_train_images": 60000}
-    assert results.record_problems(edited) == ["n_train_images: 60000, but its parameters give 800"]
+    assert records.record_problems(edited) == ["n_train_images: 60000, but its parameters give 800"]
     with pytest.raises(ebp_checkpoint.CheckpointError, match="checkpoint of another run") as info:
         bp.load_checkpoint(folder / run_folder.CHECKPOINT_FILE, {**params, "seed": 5})
     assert type(info.value) is ebp_checkpoint.CheckpointError and str(folder) in str(info.value)
