@@ -34,6 +34,7 @@ import numpy as np
 
 import ebp_checkpoint
 from reproduction import backprop, records, tuned
+from reproduction.folder import move_aside
 from reproduction.records import code_state
 
 REPO = Path(__file__).resolve().parents[1]
@@ -366,7 +367,7 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
         try:
             state, best, schedule = load_checkpoint(path, trainer)
         except ebp_checkpoint.CheckpointError as err:
-            echo(f"{err}; moved aside to {backprop.set_aside(path).name}, training restarts from epoch 0")
+            echo(f"{err}; moved aside to {move_aside(path).name}, training restarts from epoch 0")
     session["from_epoch"] = schedule["epoch"]
     n_eval = min(len(data["x_fit"]), TRAIN_ERROR_IMAGES)
     stop_at = None if stop_after_epochs is None else schedule["epoch"] + stop_after_epochs
