@@ -40,8 +40,7 @@ import ebp_checkpoint
 import ebp_data
 from reproduction import backprop_mlp as mlp
 from reproduction import records, tuned
-from reproduction.folder import CHECKPOINT_FILE, RESULT_FILE, move_aside
-from reproduction.records import code_state
+from reproduction.folder import CHECKPOINT_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "backprop"
@@ -327,31 +326,12 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
     written, then removed.
     """
     folder = Path(folder)
-    code = code_state(allow_dirty)
-    previous = tuned.open_run(folder, params)
-    if previous and previous.get("finished"):
-        return previous
-    sessions = list((previous or {}).get("sessions", []))
-    session = tuned.new_session(code)
-    started = time.time()
-    grid = list((previous or {}).get("grid", {}).get("points", []))
-
-    def write(history, state, finished=False):
-        current = {**session, "wall_seconds": round(time.time() - started, 2), "to_epoch": len(history)}
-        record = make_record(params, grid, history, state, finished, sessions + [current])
-        folder.mkdir(parents=True, exist_ok=True)
-        records.write_record(folder / RESULT_FILE, record)
-        return record
-
+    session = tuned.Session(folder, params, allow_dirty, make_record)
+    if session.previous and session.previous.get("finished"):
+        return session.previous
+    grid, write = session.grid, session.write
     label = f"{params['dataset']} {params['config']} seed {params['seed']}"
-    cache: dict[str, dict] = {}
-
-    def data_for(preprocessing):
-        if preprocessing not in cache:
-            cache.clear()
-            cache[preprocessing] = load_split(params, preprocessing, data_dir)
-        return cache[preprocessing]
-
+    data_for = tuned.one_split(lambda preprocessing: load_split(params, preprocessing, data_dir))
     for preprocessing, rate in grid_keys(params):
         if any((p["preprocessing"], p["learning_rate"]) == (preprocessing, rate) for p in grid):
             continue
@@ -365,13 +345,9 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
     weights, velocity = initial_state(params)
     state = {"parameters": params, "epoch": 0, "learning_rate": chosen["learning_rate"], "best_epoch": None,
              "best_validation_error": None, "epochs_without_best": 0, "history": [], "finished": False}
-    if path.exists():
-        try:
-            weights, velocity, state = load_checkpoint(path, params)
-        except ebp_checkpoint.CheckpointError as err:
-            echo(f"{err}; moved aside to {move_aside(path).name}, training restarts from epoch 0")
-    session["from_epoch"] = state["epoch"]
-    n_eval = min(len(data["x_fit"]), TRAIN_ERROR_IMAGES)
+    weights, velocity, state = tuned.resume(path, lambda p: load_checkpoint(p, params), echo) or (
+        weights, velocity, state)
+    session.session["from_epoch"] = state["epoch"]
     stop_at = None if stop_after_epochs is None else state["epoch"] + stop_after_epochs
     while not state["finished"] and state["epoch"] != stop_at:
         start = time.perf_counter()
@@ -384,11 +360,8 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
             raise FloatingPointError(f"{label}: weights became non-finite in epoch {state['epoch'] + 1} at rate "
                                      f"{rate:g}; the grid chose a rate too large for the full run")
         state["epoch"] += 1
-        entry = {"epoch": state["epoch"], "learning_rate": rate,
-                 "validation_error": mlp.error_rate(weights, data["x_val"], data["y_val"]),
-                 "test_error": mlp.error_rate(weights, data["x_test"], data["y_test"]),
-                 "train_error": mlp.error_rate(weights, data["x_fit"][:n_eval], data["y_fit"][:n_eval]),
-                 "loss": round(cross_entropy, 6), "train_seconds": round(seconds, 2)}
+        entry = tuned.epoch_entry(state["epoch"], {"learning_rate": rate},
+                                  lambda x, y: mlp.error_rate(weights, x, y), data, cross_entropy, seconds)
         state["history"].append(entry)
         state["finished"] = schedule_step(state, entry["validation_error"], params)
         save_checkpoint(path, weights, velocity, state)

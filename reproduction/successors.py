@@ -34,8 +34,6 @@ import numpy as np
 
 import ebp_checkpoint
 from reproduction import backprop, records, tuned
-from reproduction.folder import move_aside
-from reproduction.records import code_state
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "successors"
@@ -307,7 +305,7 @@ def successor_expected(data: dict) -> records.Expected | list[str]:
 records.EXPECTED["successor"] = successor_expected
 
 
-def make_record(params, grid, history, schedule, finished, sessions, evaluation) -> dict:
+def make_record(params, grid, history, schedule, finished, sessions, evaluation=None) -> dict:
     """The result.json of a run (tuned.record), with the final evaluation of its best epoch."""
     chosen = choose_point(grid) if len(grid) == len(grid_keys(params)) else None
     best = history[schedule["best_epoch"] - 1] if schedule and schedule.get("best_epoch") else None
@@ -323,31 +321,12 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
     """Train one run to the end (or `stop_after_epochs` more epochs), resuming what `folder` holds; returns the
     record written to folder/result.json. The checkpoint is removed once the finished record is written."""
     folder = Path(folder or run_dir(params))
-    code = code_state(allow_dirty)
-    previous = tuned.open_run(folder, params)
-    if previous and previous.get("finished"):
-        return previous
-    sessions = list((previous or {}).get("sessions", []))
-    session = tuned.new_session(code)
-    started = time.time()
-    grid = list((previous or {}).get("grid", {}).get("points", []))
-
-    def write(history, schedule, finished=False, evaluation=None):
-        current = {**session, "wall_seconds": round(time.time() - started, 2), "to_epoch": len(history)}
-        record = make_record(params, grid, history, schedule, finished, sessions + [current], evaluation)
-        folder.mkdir(parents=True, exist_ok=True)
-        records.write_record(folder / RESULT_FILE, record)
-        return record
-
+    session = tuned.Session(folder, params, allow_dirty, make_record)
+    if session.previous and session.previous.get("finished"):
+        return session.previous
+    grid, write = session.grid, session.write
     label = f"{params['dataset']} {params['method']}-{params['architecture']} seed {params['seed']}"
-    cache: dict[str, dict] = {}
-
-    def data_for(preprocessing):
-        if preprocessing not in cache:
-            cache.clear()
-            cache[preprocessing] = backprop.load_split(params, preprocessing, data_dir)
-        return cache[preprocessing]
-
+    data_for = tuned.one_split(lambda preprocessing: backprop.load_split(params, preprocessing, data_dir))
     for point in grid_keys(params):
         if any(all(p.get(k) == v for k, v in point.items()) for p in grid):
             continue
@@ -363,13 +342,9 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
     state = best = trainer.initial()
     schedule = {"epoch": 0, "decay": 1.0, "best_epoch": None, "best_validation_error": None,
                 "epochs_without_best": 0, "history": [], "finished": False}
-    if path.exists():
-        try:
-            state, best, schedule = load_checkpoint(path, trainer)
-        except ebp_checkpoint.CheckpointError as err:
-            echo(f"{err}; moved aside to {move_aside(path).name}, training restarts from epoch 0")
-    session["from_epoch"] = schedule["epoch"]
-    n_eval = min(len(data["x_fit"]), TRAIN_ERROR_IMAGES)
+    state, best, schedule = tuned.resume(path, lambda p: load_checkpoint(p, trainer), echo) or (
+        state, best, schedule)
+    session.session["from_epoch"] = schedule["epoch"]
     stop_at = None if stop_after_epochs is None else schedule["epoch"] + stop_after_epochs
     while not schedule["finished"] and schedule["epoch"] != stop_at:
         start = time.perf_counter()
@@ -379,11 +354,8 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
             raise FloatingPointError(f"{label}: the loss became non-finite in epoch {schedule['epoch'] + 1}; the "
                                      f"grid chose a step size too large for the full run")
         schedule["epoch"] += 1
-        entry = {"epoch": schedule["epoch"], "decay": schedule["decay"],
-                 "validation_error": trainer.error(state, data["x_val"], data["y_val"]),
-                 "test_error": trainer.error(state, data["x_test"], data["y_test"]),
-                 "train_error": trainer.error(state, data["x_fit"][:n_eval], data["y_fit"][:n_eval]),
-                 "loss": round(loss, 6), "train_seconds": round(seconds, 2)}
+        entry = tuned.epoch_entry(schedule["epoch"], {"decay": schedule["decay"]},
+                                  functools.partial(trainer.error, state), data, loss, seconds)
         schedule["history"].append(entry)
         schedule["finished"] = schedule_step(schedule, entry["validation_error"], params)
         if schedule["best_epoch"] == schedule["epoch"]:

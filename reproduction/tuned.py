@@ -3,9 +3,11 @@
 
 Both train at one protocol shape: a grid scored on a validation split, then the chosen point trained with a halving
 schedule and early stopping, resumable, its test error that of the best-validation epoch. What their runs do alike
-is written here once: what a record's parameters give (expected, for records.record_problems), the run folder a run
-resumes (open_run), the fields every record of theirs has (record), a run's progress for --list (run_state), and the
-scripts' loop over runs (run_jobs). What differs stays with each: the parameters, the grid's points, the trainer.
+is written here once: what a record's parameters give (expected, for records.record_problems), the fields every
+record of theirs has (record), the folder a run resumes and the session that rewrites its record (open_run, Session),
+the one data split kept in memory (one_split), a checkpoint resumed or set aside (resume), a run's progress for
+--list (run_state), and the scripts' command over runs (command, run_jobs). What differs stays with each: the
+parameters, the grid's points, the trainer and its checkpoint.
 """
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
+import ebp_checkpoint
 from reproduction import records
-from reproduction.folder import RESULT_FILE, differences, read_result
+from reproduction.folder import RESULT_FILE, differences, move_aside, read_result
 
 FULL_TRAIN = 60000           # MNIST and Fashion-MNIST both have 60,000 training images
 TRAIN_ERROR_IMAGES = 10000   # training error on the first 10,000 fit images, as EBP's runs record it
@@ -83,6 +86,66 @@ def new_session(code: dict) -> dict:
     return {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": records.cpu_model(), **code}
 
 
+class Session:
+    """One start or resumption of a run in `folder`: the code state checked (records.code_state) and the folder's
+    previous record read (open_run: None for a new run) before anything is written; `grid`, the grid points scored
+    so far (the caller appends new ones); `session`, this session's entry; write(history, state, finished, **extra)
+    rewrites folder/result.json with make_record(params, grid, history, state, finished, sessions, **extra)."""
+
+    def __init__(self, folder, params: dict, allow_dirty: bool, make_record):
+        code = records.code_state(allow_dirty)
+        self.folder, self.params, self.make_record = Path(folder), params, make_record
+        self.previous = open_run(self.folder, params)
+        self.sessions = list((self.previous or {}).get("sessions", []))
+        self.session = new_session(code)
+        self.started = time.time()
+        self.grid = list((self.previous or {}).get("grid", {}).get("points", []))
+
+    def write(self, history: list[dict], state, finished: bool = False, **extra) -> dict:
+        current = {**self.session, "wall_seconds": round(time.time() - self.started, 2), "to_epoch": len(history)}
+        record = self.make_record(self.params, self.grid, history, state, finished, self.sessions + [current],
+                                  **extra)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        records.write_record(self.folder / RESULT_FILE, record)
+        return record
+
+
+def one_split(load):
+    """data_for(preprocessing): load(preprocessing), kept until another preprocessing is asked for (one split of
+    the data in memory at a time)."""
+    cache: dict[str, dict] = {}
+
+    def data_for(preprocessing):
+        if preprocessing not in cache:
+            cache.clear()
+            cache[preprocessing] = load(preprocessing)
+        return cache[preprocessing]
+    return data_for
+
+
+def resume(path: Path, load, echo):
+    """load(path) if a checkpoint lies at `path`, else None; a checkpoint that does not load (CheckpointError) is
+    moved aside and said so through `echo`, and None returned: training restarts from epoch 0."""
+    if path.exists():
+        try:
+            return load(path)
+        except ebp_checkpoint.CheckpointError as err:
+            echo(f"{err}; moved aside to {move_aside(path).name}, training restarts from epoch 0")
+    return None
+
+
+def epoch_entry(epoch: int, step: dict, error, data: dict, loss: float, seconds: float) -> dict:
+    """One epoch of a run's history: its number, `step` (the step size it trained with, e.g. {"learning_rate": r}),
+    the validation, test and training error (the first TRAIN_ERROR_IMAGES fit images) as error(x, y) gives them, the
+    training loss and seconds."""
+    n_eval = min(len(data["x_fit"]), TRAIN_ERROR_IMAGES)
+    return {"epoch": epoch, **step,
+            "validation_error": error(data["x_val"], data["y_val"]),
+            "test_error": error(data["x_test"], data["y_test"]),
+            "train_error": error(data["x_fit"][:n_eval], data["y_fit"][:n_eval]),
+            "loss": round(loss, 6), "train_seconds": round(seconds, 2)}
+
+
 def run_state(folder, params: dict, n_grid: int, finished) -> str:
     """A short description of a run folder's progress, for the scripts' --list; `n_grid` grid points in all,
     `finished(result)` what a finished run says."""
@@ -96,6 +159,21 @@ def run_state(folder, params: dict, n_grid: int, finished) -> str:
     if result["grid"]["chosen"] is None:
         return f"grid {len(result['grid']['points'])}/{n_grid}"
     return f"epoch {result['epochs_done']}/{params['max_epochs']} (at most)"
+
+
+def command(args, select_jobs, run, run_state, name_width: int) -> int:
+    """The scripts' main once their arguments `args` are parsed: the runs select_jobs(args) picks (exit status 2
+    naming a bad choice), listed with their progress if args.list, else run (run_jobs)."""
+    try:
+        jobs = select_jobs(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.list:
+        for params, folder in jobs:
+            print(f"{params['dataset']:>13} {folder.name:<{name_width}} {run_state(folder, params)}")
+        return 0
+    return run_jobs(jobs, run, run_state, args.allow_dirty, args.data_dir)
 
 
 def run_jobs(jobs, run, run_state, allow_dirty: bool, data_dir=None) -> int:

@@ -76,20 +76,11 @@ def select_jobs(args) -> list[tuple[dict, str]]:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        jobs = select_jobs(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.list:
-        for params, folder in jobs:
-            print(f"{params['dataset']:>13} {folder.name:<18} {bp.run_state(folder, params)}")
-        return 0
     from threadpoolctl import threadpool_limits
 
+    args = parse_args(argv)
     with threadpool_limits(limits=args.threads):
-        return tuned.run_jobs(jobs, bp.run, bp.run_state, args.allow_dirty, args.data_dir)
+        return tuned.command(args, select_jobs, bp.run, bp.run_state, name_width=18)
 
 
 if __name__ == "__main__":

@@ -71,16 +71,7 @@ def one_thread() -> None:
 def main(argv=None) -> int:
     one_thread()
     args = parse_args(argv)
-    try:
-        jobs = select_jobs(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.list:
-        for params, folder in jobs:
-            print(f"{params['dataset']:>13} {folder.name:<24} {sc.run_state(folder, params)}")
-        return 0
-    return tuned.run_jobs(jobs, sc.run, sc.run_state, args.allow_dirty, args.data_dir)
+    return tuned.command(args, select_jobs, sc.run, sc.run_state, name_width=24)
 
 
 if __name__ == "__main__":
