@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ebp_checkpoint
+import reproduction.backprop  # noqa: F401  (adds the check of backprop records, records.EXPECTED; folder adds EBP's)
 from ebp_lib import DEFAULT_MASK_READING, DEFAULT_UPDATE, update_applies
-
-# backprop: imported for its records' check (records.EXPECTED), as folder is for EBP's: the tables read both
-from reproduction import backprop, band  # noqa: F401
+from reproduction import band
 from reproduction.folder import (
     CHECKPOINT_FILE,
     EXECUTED_FILE,
