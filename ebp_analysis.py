@@ -339,7 +339,34 @@ def top_class_calibration(net: Network, x: np.ndarray, labels: np.ndarray) -> di
             "confidence": float(p.max(axis=1).mean())}
 
 
-def benchmark_machine(record: dict) -> dict:
+class BenchmarkRecordError(ValueError):
+    """A benchmark record that is not one; the message names the file (or the record) and what is wrong."""
+
+
+def read_benchmark(path) -> dict:
+    """The benchmark record in JSON file `path` (e.g. outputs/binary_inference.json), its machine checked as
+    benchmark_machine reads it; BenchmarkRecordError naming the file if it cannot be read, is not JSON or is not
+    such a record."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            record = json.loads(f.read())
+    except OSError as err:
+        raise BenchmarkRecordError(f"{path}: cannot be read ({err.strerror or err})") from None
+    except ValueError as err:
+        raise BenchmarkRecordError(f"{path}: not JSON ({err})") from None
+    benchmark_machine(record, path)
+    return record
+
+
+def _is_load(value) -> bool:
+    """A load average as a benchmark records it: None, or the 1, 5 and 15 minute values."""
+    return value is None or (isinstance(value, list) and len(value) == 3 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
+
+
+def benchmark_machine(record: dict, where="the benchmark record") -> dict:
     """The machine a benchmark record (outputs/binary_inference.json) says it ran on, in one form for either
     schema: {"cpu_model", "cores", "flags", "load_average_start", "load_average_end", "loaded"}. A field the record
     does not hold is None; nothing is filled in.
@@ -348,7 +375,16 @@ def benchmark_machine(record: dict) -> dict:
     timing_record's "cpu_flags", e.g. avx2, avx512f, avx512_vpopcntdq); a record that lists the CPU's flags
     instead ("flags": [...]) gives True for each listed one. A flag missing from the dict was not recorded (look it
     up with .get: None). Load averages are the 1, 5 and 15 minute values. loaded: the record's top-level "loaded"
-    (else the machine's): whether the load average exceeded the benchmark's limit of 1 per core."""
+    (else the machine's): whether the load average exceeded the benchmark's limit of 1 per core.
+    BenchmarkRecordError naming `where` (read_benchmark: the file) and the field if a field it reads is of another
+    form than these."""
+    def bad(field, why):
+        raise BenchmarkRecordError(f"{where}: {field} {why}")
+
+    if not isinstance(record, dict):
+        bad("the record", f"is a JSON {type(record).__name__}, not an object")
+    if not isinstance(record.get("machine", {}), dict):
+        bad("machine", "is not an object")
     machine = record.get("machine", {})
     load = machine.get("load_average")
     if isinstance(load, dict):  # {"start": [...], "end": [...]}
@@ -357,9 +393,19 @@ def benchmark_machine(record: dict) -> dict:
         start, end = load, None
     else:
         start, end = machine.get("load_average_at_start"), machine.get("load_average_at_end")
+    for name, value in (("start", start), ("end", end)):
+        if not _is_load(value):
+            bad(f"machine's load average at the {name}", f"is {value!r:.60}, not three numbers")
     flags = machine.get("cpu_flags", machine.get("flags"))
+    if flags is not None and not (isinstance(flags, dict) or (
+            isinstance(flags, list) and all(isinstance(name, str) for name in flags))):
+        bad("machine.cpu_flags (or flags)", "is neither {flag: present} nor a list of flag names")
     if flags is not None and not isinstance(flags, dict):
         flags = {name: True for name in flags}
+    if not isinstance(machine.get("cpu_model"), (str, type(None))):
+        bad("machine.cpu_model", "is not a string")
+    if machine.get("cores") is not None and (not isinstance(machine["cores"], int) or isinstance(machine["cores"], bool)):
+        bad("machine.cores", f"is {machine['cores']!r:.60}, not a whole number")
     loaded = record.get("loaded", machine.get("loaded"))
     return {"cpu_model": machine.get("cpu_model"), "cores": machine.get("cores"), "flags": flags,
             "load_average_start": start, "load_average_end": end,

@@ -17,7 +17,6 @@ notebooks' helpers for trained networks (learning curves, calibration, receptive
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -202,6 +201,13 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
         raise ValueError(f"unknown mask reading {mask_reading!r}; choose 'absent' or 'held'")
     check_update(real_update, weights)
     check_architecture(architecture, input_side)
+    return _new_network(architecture, weights, seed, input_side, init_scale, dropout, keep, dtype, mask_reading,
+                        real_update)
+
+
+def _new_network(architecture, weights, seed, input_side, init_scale, dropout, keep, dtype, mask_reading,
+                 real_update) -> Network:
+    """init_network without its checks, for values validated already (reproduction.parameters.RunConfig.network)."""
     rng = np.random.default_rng(seed)
     layers, width, side = [], input_side ** 2, input_side
     for spec in architecture:
@@ -219,25 +225,6 @@ def init_network(architecture, weights: str = "binary", seed: int = 0, input_sid
         width = units
     return Network(layers, weights, [list(s) if isinstance(s, tuple) else s for s in architecture],
                    input_side, dropout, keep, mask_reading, real_update)
-
-
-# The paper's architecture names: hidden layer sizes joined by "-" ("800", "800-800"), "block<k>" (one locally
-# connected layer of k×k blocks) or "361-100" (two of 10×10 blocks); digits are ASCII, with no spaces or "_", so
-# that a name is recorded and compared exactly as the tables write it.
-ARCHITECTURE_NAME = re.compile(r"(?:block[0-9]+|[0-9]+(?:-[0-9]+)*)", re.ASCII)
-
-
-def paper_architecture(name: str, n_classes: int = 10) -> list:
-    """The paper's architectures by name: "800", "800-800" (1D input), "block13" (spatial, one hidden
-    layer of (28-13+1)² units), "361-100" (spatial: 10×10 blocks twice)."""
-    if not ARCHITECTURE_NAME.fullmatch(name):
-        raise ValueError(f"unknown architecture {name!r}; use e.g. '800', '800-800', 'block13' or '361-100' (ASCII "
-                         f"digits, no spaces)")
-    if name.startswith("block"):
-        return [("local", int(name[5:])), n_classes]
-    if name == "361-100":
-        return [("local", 10), ("local", 10), n_classes]
-    return [int(v) for v in name.split("-")] + [n_classes]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -39,15 +39,13 @@ import numpy as np
 import ebp_checkpoint
 import ebp_data
 from reproduction import backprop_mlp as mlp
-from reproduction import records
-from reproduction.folder import CHECKPOINT_FILE, RESULT_FILE, differences, move_aside, read_result
-from reproduction.records import code_state
+from reproduction import records, tuned
+from reproduction.folder import CHECKPOINT_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "backprop"
 DATASETS = ("mnist", "fashion-mnist")
-FULL_TRAIN = 60000           # MNIST and Fashion-MNIST both have 60,000 training images
-TRAIN_ERROR_IMAGES = 10000   # training error on the first 10,000 fit images, as EBP's runs record it
+FULL_TRAIN, TRAIN_ERROR_IMAGES = tuned.FULL_TRAIN, tuned.TRAIN_ERROR_IMAGES
 RECORD_FORMAT = records.RECORD_FORMAT  # result.json is a run record of reproduction.records (method "backprop")
 
 PROTOCOL = {
@@ -293,64 +291,29 @@ def load_checkpoint(path: Path, params: dict) -> tuple[dict, dict, dict]:
 PACKAGES = ("numpy", "threadpoolctl")
 
 
-def backprop_record_problems(data: dict) -> list[str]:
-    """Whatever disagrees within a backprop run record (records.record_problems): parameters that make_parameters
-    would not give, a protocol, description or image counts they do not give, final errors that are not those of
-    the best-validation epoch, a finished run past its max_epochs."""
-    params = data["parameters"]
-    try:
-        valid = make_parameters(params.get("dataset"), params.get("config"),
-                                **{k: params.get(k) for k in OVERRIDABLE})
-    except (ValueError, TypeError) as err:
-        return [f"parameters: {err}"]
-    n_images = valid["n_train"] or FULL_TRAIN
-    derived = {"protocol": protocol_label(valid), "protocol_description": describe_protocol(valid),
-               "n_train_images": n_images - valid["n_validation"], "n_validation_images": valid["n_validation"]}
-    best = data["best_epoch"]
-    if best is not None and not 1 <= best <= len(data["history"]):
-        return [f"best_epoch: {best}, but the history holds {len(data['history'])} epochs"]
-    final = None if best is None else {k: data["history"][best - 1].get(k)
-                                       for k in records.HISTORY_ERRORS["backprop"]}
-    return records.record_problems(data, valid, derived, final, "best-validation epoch", valid["max_epochs"],
-                                   may_stop_early=True)
+def backprop_expected(data: dict) -> records.Expected | list[str]:
+    """What a backprop run record's parameters give (records.record_problems checks the record against it): the
+    parameters make_parameters gives, the protocol, description and image counts they give, the final errors of the
+    best-validation epoch, at most max_epochs epochs (tuned.expected)."""
+    return tuned.expected(data, lambda p: make_parameters(p.get("dataset"), p.get("config"),
+                                                          **{k: p.get(k) for k in OVERRIDABLE}),
+                          protocol_label, describe_protocol)
+
+
+records.EXPECTED["backprop"] = backprop_expected
 
 
 def make_record(params: dict, grid: list[dict], history: list[dict], state: dict | None, finished: bool,
                 sessions: list[dict]) -> dict:
-    """The result.json of a run: parameters, protocol, the grid and its choice, per-epoch history, and the
-    final errors of the best-validation epoch."""
+    """The result.json of a run (tuned.record): parameters, protocol, the grid and its choice, per-epoch history,
+    and the final errors of the best-validation epoch."""
     chosen = choose_point(grid) if len(grid) == len(grid_keys(params)) else None
     best = history[state["best_epoch"] - 1] if state and state.get("best_epoch") else None
-    n_images = params["n_train"] or FULL_TRAIN
-    return {
-        "format": RECORD_FORMAT, "method": "backprop", "parameters": params,
-        "protocol": protocol_label(params), "protocol_description": describe_protocol(params),
-        "finished": bool(finished),
-        "phase": "finished" if finished else ("training" if chosen else "grid"),
-        "grid": {"points": grid, "rule": "lowest validation error after the last grid epoch",
-                 "chosen": None if chosen is None else {k: chosen[k] for k in ("preprocessing", "learning_rate")}},
-        "epochs_done": len(history), "best_epoch": None if best is None else best["epoch"],
-        "stopped_early": bool(finished and len(history) < params["max_epochs"]),
-        "n_train_images": n_images - params["n_validation"], "n_validation_images": params["n_validation"],
-        "final": None if best is None else {k: best[k] for k in ("test_error", "validation_error", "train_error")},
-        "history": history,
-        "train_seconds": round(sum(p["train_seconds"] for p in grid) + sum(h["train_seconds"] for h in history), 2),
-        "git_commit": sessions[-1]["git_commit"], "git_dirty": any(s.get("git_dirty") for s in sessions),
-        "versions": records.package_versions(PACKAGES), "sessions": sessions,
-    }
-
-
-def open_run(folder: Path, params: dict) -> dict:
-    """The previous record of `folder` if it is this run's (or None); refuses a folder of another run."""
-    previous = read_result(folder)
-    if previous is None and (folder / RESULT_FILE).exists():
-        raise ValueError(f"{folder / RESULT_FILE} is unreadable; move it aside to rerun this run")
-    saved = (previous or {}).get("parameters") or {}
-    if previous is not None and saved != params:
-        raise ValueError(f"{folder} holds a run with other parameters "
-                         f"({differences(saved, params, sorted({*saved, *params}))}); move that folder away or run "
-                         f"with the same parameters to resume it")
-    return previous
+    return tuned.record("backprop", params, (protocol_label(params), describe_protocol(params)),
+                        {"points": grid, "rule": "lowest validation error after the last grid epoch",
+                         "chosen": None if chosen is None else {k: chosen[k] for k in ("preprocessing",
+                                                                                         "learning_rate")}},
+                        history, best, finished, sessions, PACKAGES)
 
 
 def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = False,
@@ -363,31 +326,12 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
     written, then removed.
     """
     folder = Path(folder)
-    code = code_state(allow_dirty)
-    previous = open_run(folder, params)
-    if previous and previous.get("finished"):
-        return previous
-    sessions = list((previous or {}).get("sessions", []))
-    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": records.cpu_model(), **code}
-    started = time.time()
-    grid = list((previous or {}).get("grid", {}).get("points", []))
-
-    def write(history, state, finished=False):
-        current = {**session, "wall_seconds": round(time.time() - started, 2), "to_epoch": len(history)}
-        record = make_record(params, grid, history, state, finished, sessions + [current])
-        folder.mkdir(parents=True, exist_ok=True)
-        records.write_record(folder / RESULT_FILE, record, backprop_record_problems)
-        return record
-
+    session = tuned.Session(folder, params, allow_dirty, make_record)
+    if session.previous and session.previous.get("finished"):
+        return session.previous
+    grid, write = session.grid, session.write
     label = f"{params['dataset']} {params['config']} seed {params['seed']}"
-    cache: dict[str, dict] = {}
-
-    def data_for(preprocessing):
-        if preprocessing not in cache:
-            cache.clear()
-            cache[preprocessing] = load_split(params, preprocessing, data_dir)
-        return cache[preprocessing]
-
+    data_for = tuned.one_split(lambda preprocessing: load_split(params, preprocessing, data_dir))
     for preprocessing, rate in grid_keys(params):
         if any((p["preprocessing"], p["learning_rate"]) == (preprocessing, rate) for p in grid):
             continue
@@ -401,13 +345,9 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
     weights, velocity = initial_state(params)
     state = {"parameters": params, "epoch": 0, "learning_rate": chosen["learning_rate"], "best_epoch": None,
              "best_validation_error": None, "epochs_without_best": 0, "history": [], "finished": False}
-    if path.exists():
-        try:
-            weights, velocity, state = load_checkpoint(path, params)
-        except ebp_checkpoint.CheckpointError as err:
-            echo(f"{err}; moved aside to {move_aside(path).name}, training restarts from epoch 0")
-    session["from_epoch"] = state["epoch"]
-    n_eval = min(len(data["x_fit"]), TRAIN_ERROR_IMAGES)
+    weights, velocity, state = tuned.resume(path, lambda p: load_checkpoint(p, params), echo) or (
+        weights, velocity, state)
+    session.session["from_epoch"] = state["epoch"]
     stop_at = None if stop_after_epochs is None else state["epoch"] + stop_after_epochs
     while not state["finished"] and state["epoch"] != stop_at:
         start = time.perf_counter()
@@ -420,11 +360,8 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
             raise FloatingPointError(f"{label}: weights became non-finite in epoch {state['epoch'] + 1} at rate "
                                      f"{rate:g}; the grid chose a rate too large for the full run")
         state["epoch"] += 1
-        entry = {"epoch": state["epoch"], "learning_rate": rate,
-                 "validation_error": mlp.error_rate(weights, data["x_val"], data["y_val"]),
-                 "test_error": mlp.error_rate(weights, data["x_test"], data["y_test"]),
-                 "train_error": mlp.error_rate(weights, data["x_fit"][:n_eval], data["y_fit"][:n_eval]),
-                 "loss": round(cross_entropy, 6), "train_seconds": round(seconds, 2)}
+        entry = tuned.epoch_entry(state["epoch"], {"learning_rate": rate},
+                                  lambda x, y: mlp.error_rate(weights, x, y), data, cross_entropy, seconds)
         state["history"].append(entry)
         state["finished"] = schedule_step(state, entry["validation_error"], params)
         save_checkpoint(path, weights, velocity, state)
@@ -438,15 +375,7 @@ def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = Fal
 
 
 def run_state(folder, params: dict) -> str:
-    """A short description of a run folder's progress, for the runner's --list."""
-    result = read_result(folder)
-    if result is None:
-        return "unreadable result.json" if (Path(folder) / RESULT_FILE).exists() else "not started"
-    if result.get("parameters") != params:
-        return "other parameters (not resumable with these)"
-    if result.get("finished"):
-        return (f"finished: test error {100 * result['final']['test_error']:.2f}% at epoch {result['best_epoch']} "
-                f"of {result['epochs_done']}")
-    if result["grid"]["chosen"] is None:
-        return f"grid {len(result['grid']['points'])}/{len(grid_keys(params))}"
-    return f"epoch {result['epochs_done']}/{params['max_epochs']} (at most)"
+    """A short description of a run folder's progress, for the runner's --list (tuned.run_state)."""
+    return tuned.run_state(folder, params, len(grid_keys(params)), lambda result: (
+        f"finished: test error {100 * result['final']['test_error']:.2f}% at epoch {result['best_epoch']} "
+        f"of {result['epochs_done']}"))

@@ -42,10 +42,12 @@ from reproduction.parameters import (
 )
 from reproduction.records import (
     ALLOW_DIRTY_VAR,
+    EXPECTED,
     HISTORY_ERRORS,
     MAX_JSON_BYTES,
     RECORD_FORMAT,
     REPO,
+    Expected,
     JSONFileError,
     NewerRecordError,
     RecordError,
@@ -240,14 +242,14 @@ class EpochRecorder:
             "git_dirty": self.session["git_dirty"],
             "sessions": self.sessions + [session],
         }
-        write_record(self.path / RESULT_FILE, result, ebp_record_problems)
+        write_record(self.path / RESULT_FILE, result)
         return result
 
 
-def ebp_record_problems(data: dict) -> list[str]:
-    """Whatever disagrees within an EBP run record (records.record_problems): its parameters are not a complete,
-    valid set (validate_parameters); its protocol, training images or training-error images are not what they
-    give; its final errors are not its last epoch's; a finished run did not train its planned epochs."""
+def ebp_expected(data: dict) -> Expected | list[str]:
+    """What an EBP run record's parameters give (records.record_problems checks the record against it): the
+    complete, valid set (validate_parameters), or the problems that stop the check; the protocol, training images
+    and training-error images they give; the final errors of its last epoch; exactly its planned epochs if finished."""
     try:
         valid = validate_parameters(data["parameters"])
     except ParameterError as err:
@@ -257,7 +259,10 @@ def ebp_record_problems(data: dict) -> list[str]:
     derived = {"protocol": protocol_relative_to_paper(valid), "n_train_images": n_images,
                "train_error_images": min(n_images, 10000)}
     final = None if last is None else {k: last.get(k) for k in HISTORY_ERRORS["ebp"]}
-    return record_problems(data, valid, derived, final, "last epoch", valid["epochs"], may_stop_early=False)
+    return Expected(valid, derived, final, "last epoch", valid["epochs"], may_stop_early=False)
+
+
+EXPECTED["ebp"] = ebp_expected
 
 
 def checkpoint_meta(checkpoint) -> dict:
@@ -297,7 +302,7 @@ def parameter_problems(settings: dict, params: dict, source: str, where) -> list
 def checkpoint_problems(result: dict, meta: dict, result_path, checkpoint) -> list[str]:
     """Whatever a run record (`result_path`) and its checkpoint's metadata disagree on: every parameter the
     checkpoint records, and every field of every epoch of the history (the four errors and the time), from which
-    final, epochs_done and finished follow (ebp_record_problems holds them to the history)."""
+    final, epochs_done and finished follow (record_problems holds them to the history)."""
     problems = parameter_problems(checkpoint_settings(meta), result["parameters"], result_path, checkpoint)
     saved, history, done = meta["history"], result["history"], result["epochs_done"]
     # fit saves the checkpoint just before on_epoch rewrites result.json: a run killed between the two has a
@@ -559,7 +564,7 @@ def job_state(job: dict) -> RunState:
     # each problem names its field and the files by name (RESULT_FILE, ...); RunState.files gives their paths
     problems, files = [], set()
     if result is not None:
-        own = [f"{RESULT_FILE}: {problem}" for problem in ebp_record_problems(result)]
+        own = [f"{RESULT_FILE}: {problem}" for problem in record_problems(result)]
         problems += own
         files |= {result_path} if own else set()
     if meta is not None:

@@ -5,9 +5,10 @@ configuration is a RunConfig, a frozen dataclass whose fields are the parameters
 there once; DEFAULT_PARAMETERS is their dict, which the notebook's `parameters` cell assigns with the same values:
 tests/test_parameters.py holds the two together). A RunConfig validates itself when it is built, naming every
 problem at once, so it is built once where parameters come in: the command line (paper_tables.make_jobs), the
-papermill parameters (the experiment notebook) and a run record (folder.ebp_record_problems); everything after
-takes the RunConfig as it is, down to the network (RunConfig.network) and its checkpoint (checkpoint_config). A
-profile (PROFILES) is the protocol a batch of runs trains with: epochs, training images and batch size.
+papermill parameters (the experiment notebook) and a run record (records.record_problems, through
+folder.ebp_expected); everything after takes the RunConfig as it is, down to the network (RunConfig.network) and
+its checkpoint (checkpoint_config). A profile (PROFILES) is the protocol a batch of runs trains with: epochs,
+training images and batch size.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+import numpy as np
 
 import ebp_lib
 import ebp_train
@@ -45,6 +48,7 @@ PAPER_EPOCHS, FULL_TRAIN = 120, 60000
 DATASET_CHOICES = ("mnist", "fashion-mnist")  # the data sets of ebp_data.DATASETS that experiments train on
 WEIGHTS = ("binary", "real")
 PREPROCESSINGS = ("pixel", "global", "unit")
+INPUT_SIDE = 28  # the side of the data sets' images, 28x28 pixels
 MASK_READINGS = ebp_lib.MASK_READINGS  # absent (default) or held: docs/maths.md §Spatial filtering
 # spec (default) or one of the authors' codes (ebp_lib.UPDATES): docs/maths.md §The authors' real-weight code,
 # §The authors' binary code of 2015
@@ -104,10 +108,32 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# The paper's architecture names: hidden layer sizes joined by "-" ("800", "800-800"), "block<k>" (one locally
+# connected layer of k×k blocks) or "361-100" (two of 10×10 blocks); digits are ASCII, with no spaces or "_", so
+# that a name is recorded and compared exactly as the tables write it. The names are the paper's and this harness's,
+# not the maths': ebp_lib takes the layer lists they stand for.
+ARCHITECTURE_NAME = re.compile(r"(?:block[0-9]+|[0-9]+(?:-[0-9]+)*)", re.ASCII)
+
+
+def paper_architecture(name: str, n_classes: int = 10) -> list:
+    """The layer list (ebp_lib.init_network's architecture) of one of the paper's architecture names: "800",
+    "800-800" (1D input), "block13" (spatial, one hidden layer of (28-13+1)² units), "361-100" (spatial: 10×10
+    blocks twice). ValueError for a name that is not of ARCHITECTURE_NAME's form; block sizes are checked by
+    architecture_layers."""
+    if not ARCHITECTURE_NAME.fullmatch(name):
+        raise ValueError(f"unknown architecture {name!r}; use e.g. '800', '800-800', 'block13' or '361-100' (ASCII "
+                         f"digits, no spaces)")
+    if name.startswith("block"):
+        return [("local", int(name[5:])), n_classes]
+    if name == "361-100":
+        return [("local", 10), ("local", 10), n_classes]
+    return [int(v) for v in name.split("-")] + [n_classes]
+
+
 def architecture_layers(name) -> list:
     """The layer list of a paper architecture name ("200", "800-800", "block13", "361-100"), validated."""
-    layers = ebp_lib.paper_architecture(str(name))
-    ebp_lib.check_architecture(layers, 28)  # block sizes must fit the 28x28 image
+    layers = paper_architecture(str(name))
+    ebp_lib.check_architecture(layers, INPUT_SIDE)  # block sizes must fit the 28x28 image
     return layers
 
 
@@ -169,15 +195,16 @@ class RunConfig:
 
     @property
     def layers(self) -> list:
-        """The network's layer list (ebp_lib.paper_architecture of the architecture's name)."""
+        """The network's layer list (paper_architecture of the architecture's name)."""
         return architecture_layers(self.architecture)
 
-    def network(self, dtype=None) -> ebp_lib.Network:
-        """The run's new network (ebp_lib.init_network): the one the notebook and a group (reproduction.group)
-        start from, checkpoint aside."""
-        return ebp_lib.init_network(self.layers, self.weights, self.seed, init_scale=self.init_scale,
-                                    dropout=self.dropout, keep=self.keep, mask_reading=self.mask_reading,
-                                    real_update=self.real_update, **({} if dtype is None else {"dtype": dtype}))
+    def network(self, dtype=np.float64) -> ebp_lib.Network:
+        """The run's new network, as ebp_lib.init_network builds it: the one the notebook and a group
+        (reproduction.group) start from, checkpoint aside. Its values were validated when this RunConfig was built,
+        so they are not checked again (ebp_lib._new_network, init_network's unchecked half)."""
+        return ebp_lib._new_network(paper_architecture(self.architecture), self.weights, self.seed, INPUT_SIDE,
+                                    self.init_scale, self.dropout, self.keep, dtype, self.mask_reading,
+                                    self.real_update)
 
     def describe(self) -> str:
         """One deterministic line saying what the run trains (describe_experiment)."""

@@ -7,9 +7,9 @@ the scripts (benchmark, portability, binary inference, EBP-D gap) all use these 
 
 A run's result.json, of every method (EBP runs, the backprop baseline), is a run record: one versioned format
 (RECORD_FORMAT, RECORD_FIELDS), one writer (write_record), one reader (read_record), and one upgrader for older
-formats (upgrade_record). Each method's module holds what its records' fields must agree on
-(reproduction.folder.ebp_record_problems, reproduction.backprop.backprop_record_problems), through record_problems
-here.
+formats (upgrade_record), and one consistency check (record_problems), which dispatches on the record's method to
+what that method reads in its parameters (EXPECTED: reproduction.folder for EBP runs, reproduction.backprop and
+reproduction.successors for the tuned baselines).
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import NamedTuple
 
 from ebp_checkpoint import MAX_JSON_DEPTH, json_depth
 
@@ -419,31 +420,55 @@ def parse_record(text: str | bytes, where) -> dict:
 
 
 def read_record(path) -> dict:
-    """The run record in file `path` (parse_record); RecordError naming the file if it cannot be read or is not
-    a record, FileNotFoundError if there is none."""
+    """The run record in file `path` (read_json, then as parse_record); RecordError naming the file if it cannot be
+    read or is not a record, FileNotFoundError if there is none."""
     try:
-        with open(path, "rb") as f:
-            text = f.read(MAX_JSON_BYTES + 1)
-    except FileNotFoundError:
-        raise
-    except OSError as err:
-        raise RecordError(f"{path}: cannot be read ({err.strerror or err})") from None
-    return parse_record(text, path)
+        data = read_json(path)
+    except JSONFileError as err:
+        raise RecordError(str(err)) from None
+    return check_record_fields(upgrade_record(data) if isinstance(data, dict) else data, path)
 
 
-def record_problems(data: dict, valid_parameters: dict, derived: dict, final: dict | None, final_source: str,
-                    planned_epochs: int, may_stop_early: bool) -> list[str]:
-    """Whatever disagrees within one record (of the current format, check_record_fields), given what its method
-    (reproduction.folder.ebp_record_problems, reproduction.backprop.backprop_record_problems) derives from it: its
-    parameters are not the complete, valid set `valid_parameters`; a field of `derived` (protocol, training
-    images, ...) says something else; the final errors are not `final` (those of `final_source`); epochs done,
-    their numbering, a finished run's epochs (`planned_epochs`, or at most that if it `may_stop_early`); an error
-    outside [0, 1]. Each problem names its field. Empty when the record is consistent."""
+class Expected(NamedTuple):
+    """What a run record's parameters give, as its method reads them (EXPECTED): the complete, valid parameters,
+    the fields they determine (protocol, image counts, ...), the final errors (those of the history's
+    `final_source`), the epochs a finished run trained (`planned_epochs`, or at most that if it `may_stop_early`)
+    and the problems only that method looks for."""
+    parameters: dict
+    derived: dict
+    final: dict | None
+    final_source: str
+    planned_epochs: int
+    may_stop_early: bool
+    problems: tuple = ()
+
+
+# How each method reads a record's parameters: {method: function(record) -> Expected, or the list of problems that
+# stop it (parameters it cannot read)}. Each method's module adds its own as it is imported (CHECKED_BY), so that
+# this module, below them all, imports none of them, and record_problems is the one check of every record.
+EXPECTED: dict = {}
+CHECKED_BY = {"ebp": "reproduction.folder", "backprop": "reproduction.backprop",
+              "successor": "reproduction.successors"}
+
+
+def record_problems(data: dict) -> list[str]:
+    """Whatever disagrees within one record (of the current format, check_record_fields), whatever its method:
+    its parameters are not the complete, valid set its method reads in them (EXPECTED); a field they determine
+    (protocol, training images, ...) says something else; the final errors are not those of the history's epoch
+    they come from; epochs done, their numbering, a finished run's epochs; an error outside [0, 1]; and the method's
+    own problems. Each problem names its field. Empty when the record is consistent. RecordError if the module of
+    the record's method (CHECKED_BY) has not been imported."""
+    method = data["method"]
+    if method not in EXPECTED:
+        raise RecordError(f"no check of {method} records: import {CHECKED_BY[method]} first")
+    expected = EXPECTED[method](data)
+    if not isinstance(expected, Expected):
+        return list(expected)
     params = data["parameters"]
     problems = [f"parameters.{k}: {params.get(k, '(missing)')!r}, normalised {v!r}"
-                for k, v in valid_parameters.items() if k not in params or params[k] != v]
+                for k, v in expected.parameters.items() if k not in params or params[k] != v]
     problems += [f"{name}: {data[name]!r}, but its parameters give {value!r}"
-                 for name, value in derived.items() if data[name] != value]
+                 for name, value in expected.derived.items() if data[name] != value]
     history = data["history"]
     if data["epochs_done"] != len(history):
         problems.append(f"epochs_done: {data['epochs_done']}, but the history holds {len(history)} epochs")
@@ -451,33 +476,34 @@ def record_problems(data: dict, valid_parameters: dict, derived: dict, final: di
     if numbers != list(range(1, len(history) + 1)):
         problems.append(f"history: epochs numbered {numbers[:5]}..., not 1..{len(history)}")
     for i, entry in enumerate(history):
-        for key in HISTORY_ERRORS[data["method"]]:
+        for key in HISTORY_ERRORS[method]:
             if entry[key] is not None and not 0 <= entry[key] <= 1:
                 problems.append(f"history[{i}].{key}: {entry[key]!r} is not an error rate in [0, 1]")
-    if data["final"] != final:
-        ours, theirs = data["final"] or {}, final or {}
+    if data["final"] != expected.final:
+        ours, theirs = data["final"] or {}, expected.final or {}
         keys = [k for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)] or ["(all)"]
-        problems += [f"final.{k}: {ours.get(k)!r}, but the history's {final_source} has {theirs.get(k)!r}"
+        problems += [f"final.{k}: {ours.get(k)!r}, but the history's {expected.final_source} has {theirs.get(k)!r}"
                      for k in keys]
-    if data["finished"] and (len(history) > planned_epochs if may_stop_early else len(history) != planned_epochs):
-        problems.append(f"finished: true after {len(history)} of its {planned_epochs} epochs")
-    return problems
+    planned = expected.planned_epochs
+    if data["finished"] and (len(history) > planned if expected.may_stop_early else len(history) != planned):
+        problems.append(f"finished: true after {len(history)} of its {planned} epochs")
+    return problems + list(expected.problems)
 
 
-def write_record(path, data: dict, problems) -> None:
-    """The one writer of run records: check `data` (its fields, and their consistency by its method's check
-    `problems`, e.g. reproduction.folder.ebp_record_problems) and write it whole (write_json). RecordError, naming
-    the file and the field, if the record is not one: a writer's bug, caught before the file."""
+def write_record(path, data: dict) -> None:
+    """The one writer of run records: check `data` (its fields, and their consistency, record_problems) and write
+    it whole (write_json). RecordError, naming the file and the field, if the record is not one: a writer's bug,
+    caught before the file."""
     check_record_fields(data, path)
-    found = problems(data)
+    found = record_problems(data)
     if found:
         raise RecordError(f"{path}: refusing to write an inconsistent record: " + "; ".join(found))
     write_json(path, data)
 
 
-def upgrade_files(paths, problems, echo=print) -> list[Path]:
+def upgrade_files(paths, echo=print) -> list[Path]:
     """Rewrite each result.json among `paths` that is of an older format as the current one (upgrade_record), after
-    checking the upgraded record (`problems`: a record's consistency check, as for write_record); the files
+    checking the upgraded record (record_problems, as write_record does); the files
     already current are left as they are. Every file is read and checked before any is written: RecordError naming
     each bad file (missing, unreadable, not a record, inconsistent once upgraded), and nothing rewritten. Returns
     the rewritten paths."""
@@ -491,7 +517,7 @@ def upgrade_files(paths, problems, echo=print) -> list[Path]:
             if isinstance(data, dict) and data.get("format") == RECORD_FORMAT:
                 continue
             record = check_record_fields(upgrade_record(data) if isinstance(data, dict) else data, path)
-            found = problems(record)
+            found = record_problems(record)
             if found:
                 bad.append(f"{path}: inconsistent after upgrading: " + "; ".join(found))
                 continue

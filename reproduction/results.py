@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ebp_checkpoint
+import reproduction.backprop  # noqa: F401  (adds the check of backprop records, records.EXPECTED; folder adds EBP's)
 from ebp_lib import DEFAULT_MASK_READING, DEFAULT_UPDATE, update_applies
-from reproduction import backprop, band
+from reproduction import band
 from reproduction.folder import (
     CHECKPOINT_FILE,
     EXECUTED_FILE,
@@ -25,7 +26,6 @@ from reproduction.folder import (
     RUNS_DIR,
     VERIFICATION_FILE,
     checkpoint_problems,
-    ebp_record_problems,
     evidence_problems,
     results_folder,
     run_key,
@@ -33,7 +33,14 @@ from reproduction.folder import (
 )
 from reproduction.paper_tables import ROW_LABELS, TABLE_TITLES
 from reproduction.parameters import DROPOUT_READINGS, MASK_READINGS, profile_label
-from reproduction.records import MAX_JSON_BYTES, NewerRecordError, RecordError, parse_record, upgrade_files
+from reproduction.records import (
+    MAX_JSON_BYTES,
+    NewerRecordError,
+    RecordError,
+    parse_record,
+    record_problems,
+    upgrade_files,
+)
 
 
 def _committed_files(runs_dir, names=(RESULT_FILE, EXECUTED_FILE, VERIFICATION_FILE)) -> dict[str, bytes]:
@@ -58,15 +65,6 @@ def _committed_files(runs_dir, names=(RESULT_FILE, EXECUTED_FILE, VERIFICATION_F
         out[Path(path).relative_to(prefix).as_posix()] = data[header_end + 1:header_end + 1 + size]
         pos = header_end + 1 + size + 1
     return out
-
-
-# Each method's consistency check of its run records (records.record_problems): EBP runs, the backprop baseline.
-RECORD_PROBLEMS = {"ebp": ebp_record_problems, "backprop": backprop.backprop_record_problems}
-
-
-def record_problems(record: dict) -> list[str]:
-    """Whatever disagrees within a run record of any method (RECORD_PROBLEMS)."""
-    return RECORD_PROBLEMS[record["method"]](record)
 
 
 class Results(list):
@@ -575,6 +573,6 @@ if __name__ == "__main__":
         sys.exit("usage: python -m reproduction.results upgrade RESULT_JSON...  (rewrites run records of older "
                  "formats as the current one, reproduction.records.RECORD_FORMAT)")
     try:
-        upgrade_files(sys.argv[2:], record_problems)
+        upgrade_files(sys.argv[2:])
     except RecordError as error:
         sys.exit(f"error: {error}")

@@ -25,7 +25,6 @@ from reproduction.folder import (
     RESULT_FILE,
     RunBusyError,
     UnsafeLockError,
-    ebp_record_problems,
     is_locked,
     job_state,
     move_aside,
@@ -187,7 +186,7 @@ def record_notebook_digest(out: Path) -> dict:
     returns the record."""
     result = read_record(out / RESULT_FILE)
     result["notebook_sha256"] = sha256((out / EXECUTED_FILE).read_bytes())
-    write_record(out / RESULT_FILE, result, ebp_record_problems)
+    write_record(out / RESULT_FILE, result)
     return result
 
 

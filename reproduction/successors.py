@@ -39,15 +39,14 @@ from pathlib import Path
 import numpy as np
 
 import ebp_checkpoint
-from reproduction import backprop, records
-from reproduction.records import code_state
+from reproduction import backprop, records, tuned
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "successors"
 RESULT_FILE, CHECKPOINT_FILE, NET_FILE = "result.json", "checkpoint.npz", "binary_net.npz"
 DATASETS = backprop.DATASETS
 ARCHITECTURES = ("800", "800-800")  # the paper's nets [784, 800, 10] and [784, 800, 800, 10]; others accepted
-FULL_TRAIN, TRAIN_ERROR_IMAGES = backprop.FULL_TRAIN, backprop.TRAIN_ERROR_IMAGES
+FULL_TRAIN, TRAIN_ERROR_IMAGES = tuned.FULL_TRAIN, tuned.TRAIN_ERROR_IMAGES
 TARGET_ERROR = {"mnist": 0.03, "fashion-mnist": 0.15}  # "epochs to reach": first epoch at or below this test error
 
 PROTOCOL = {"batch_size": 100, "preprocessing_grid": ["pixel", "unit"], "grid_epochs": 3, "max_epochs": 120,
@@ -320,65 +319,40 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
 PACKAGES = ("numpy", "jax", "jaxlib", "optax")
 
 
-def read_result(folder) -> dict | None:
-    try:
-        return records.read_record(Path(folder) / RESULT_FILE)
-    except (FileNotFoundError, records.RecordError):
-        return None
+def successor_expected(data: dict) -> records.Expected | list[str]:
+    """What a successor run record's parameters give (records.record_problems checks the record against it): as a
+    backprop record's (tuned.expected), and a finished run's packed net must agree with its float evaluation."""
+    found = tuned.expected(data, lambda p: make_parameters(p.get("method"), p.get("dataset"), p.get("architecture"),
+                                                           p.get("profile"), **{k: p.get(k) for k in OVERRIDABLE}),
+                           protocol_label, describe_protocol)
+    if isinstance(found, records.Expected) and data["finished"] and (
+            (data["evaluation"] or {}).get("packed", {}).get("mismatches") != 0):
+        found = found._replace(problems=("evaluation.packed.mismatches: the packed net disagrees with the float "
+                                         "evaluation",))
+    return found
 
 
-def record_problems(data: dict) -> list[str]:
-    """Whatever disagrees within a successor run record (records.record_problems)."""
-    params = data["parameters"]
-    try:
-        valid = make_parameters(params.get("method"), params.get("dataset"), params.get("architecture"),
-                                params.get("profile"), **{k: params.get(k) for k in OVERRIDABLE})
-    except (ValueError, TypeError) as err:
-        return [f"parameters: {err}"]
-    n_images = valid["n_train"] or FULL_TRAIN
-    derived = {"protocol": protocol_label(valid), "protocol_description": describe_protocol(valid),
-               "n_train_images": n_images - valid["n_validation"], "n_validation_images": valid["n_validation"]}
-    best = data["best_epoch"]
-    if best is not None and not 1 <= best <= len(data["history"]):
-        return [f"best_epoch: {best}, but the history holds {len(data['history'])} epochs"]
-    final = None if best is None else {k: data["history"][best - 1].get(k)
-                                       for k in records.HISTORY_ERRORS["successor"]}
-    problems = records.record_problems(data, valid, derived, final, "best-validation epoch", valid["max_epochs"],
-                                       may_stop_early=True)
-    if data["finished"] and (data["evaluation"] or {}).get("packed", {}).get("mismatches") != 0:
-        problems.append("evaluation.packed.mismatches: the packed net disagrees with the float evaluation")
-    return problems
+records.EXPECTED["successor"] = successor_expected
 
 
-def make_record(params, grid, history, schedule, finished, sessions, evaluation) -> dict:
+def make_record(params, grid, history, schedule, finished, sessions, evaluation=None) -> dict:
+    """The result.json of a run (tuned.record), with the final evaluation of its best epoch."""
     chosen = choose_point(grid) if len(grid) == len(grid_keys(params)) else None
     best = history[schedule["best_epoch"] - 1] if schedule and schedule.get("best_epoch") else None
-    n_images = params["n_train"] or FULL_TRAIN
-    return {
-        "format": records.RECORD_FORMAT, "method": "successor", "parameters": params,
-        "protocol": protocol_label(params), "protocol_description": describe_protocol(params),
-        "finished": bool(finished), "phase": "finished" if finished else ("training" if chosen else "grid"),
-        "grid": {"points": grid, "rule": "lowest validation error of the deployed net after the last grid epoch",
-                 "tuned_on_seed": tuning_params(params)["seed"],
-                 "chosen": None if chosen is None else {k: v for k, v in chosen.items() if k not in (
-                     "validation_error", "diverged", "train_seconds")}},
-        "epochs_done": len(history), "best_epoch": None if best is None else best["epoch"],
-        "stopped_early": bool(finished and len(history) < params["max_epochs"]),
-        "n_train_images": n_images - params["n_validation"], "n_validation_images": params["n_validation"],
-        "final": None if best is None else {k: best[k] for k in records.HISTORY_ERRORS["successor"]},
-        "evaluation": evaluation, "history": history,
-        "train_seconds": round((0 if adopts_grid(params) else sum(p["train_seconds"] for p in grid))
-                               + sum(h["train_seconds"] for h in history), 2),
-        "git_commit": sessions[-1]["git_commit"], "git_dirty": any(s.get("git_dirty") for s in sessions),
-        "versions": records.package_versions(PACKAGES), "sessions": sessions,
-    }
+    return tuned.record("successor", params, (protocol_label(params), describe_protocol(params)),
+                        {"points": grid, "rule": "lowest validation error of the deployed net after the last grid epoch",
+                         "tuned_on_seed": tuning_params(params)["seed"],
+                         "chosen": None if chosen is None else {k: v for k, v in chosen.items() if k not in (
+                             "validation_error", "diverged", "train_seconds")}},
+                        history, best, finished, sessions, PACKAGES, grid_seconds=not adopts_grid(params),
+                        evaluation=evaluation)
 
 
 def adopted_grid(params: dict, source, data_dir, echo, allow_dirty: bool) -> list[dict]:
     """The grid points of the run of seed `tune_seed` (folder `source`, beside this run's), its grid run first
     (run(..., stop_after_epochs=0): the grid only, its record saying so) where it is not complete."""
     source_params = tuning_params(params)
-    record = read_result(source)
+    record = tuned.read_result(source)
     if record is None or record.get("parameters") != source_params or (
             record["grid"]["chosen"] is None and not record.get("finished")):
         record = run(source_params, source, data_dir, echo, allow_dirty, stop_after_epochs=0)
@@ -393,39 +367,15 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
     """Train one run to the end (or `stop_after_epochs` more epochs), resuming what `folder` holds; returns the
     record written to folder/result.json. The checkpoint is removed once the finished record is written."""
     folder = Path(folder or run_dir(params))
-    code = code_state(allow_dirty)
-    previous = read_result(folder)
-    if previous is None and (folder / RESULT_FILE).exists():
-        raise ValueError(f"{folder / RESULT_FILE} is unreadable; move it aside to rerun this run")
-    if previous is not None and previous.get("parameters") != params:
-        raise ValueError(f"{folder} holds a run with other parameters "
-                         f"({backprop.differences(previous['parameters'], params)}); move that folder away or run "
-                         f"with the same parameters to resume it")
-    if previous and previous.get("finished"):
-        return previous
-    sessions = list((previous or {}).get("sessions", []))
-    session = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpu": records.cpu_model(), **code}
-    started = time.time()
-    grid = list((previous or {}).get("grid", {}).get("points", []))
-
-    def write(history, schedule, finished=False, evaluation=None):
-        current = {**session, "wall_seconds": round(time.time() - started, 2), "to_epoch": len(history)}
-        record = make_record(params, grid, history, schedule, finished, sessions + [current], evaluation)
-        folder.mkdir(parents=True, exist_ok=True)
-        records.write_record(folder / RESULT_FILE, record, record_problems)
-        return record
-
+    session = tuned.Session(folder, params, allow_dirty, make_record)
+    if session.previous and session.previous.get("finished"):
+        return session.previous
+    grid, write = session.grid, session.write
     label = f"{params['dataset']} {params['method']}-{params['architecture']} seed {params['seed']}"
-    cache: dict[str, dict] = {}
-
-    def data_for(preprocessing):
-        if preprocessing not in cache:
-            cache.clear()
-            cache[preprocessing] = backprop.load_split(params, preprocessing, data_dir)
-        return cache[preprocessing]
-
+    data_for = tuned.one_split(lambda preprocessing: backprop.load_split(params, preprocessing, data_dir))
     if adopts_grid(params) and len(grid) < len(grid_keys(params)):
-        grid = adopted_grid(params, folder.parent / run_name(tuning_params(params)), data_dir, echo, allow_dirty)
+        grid = session.grid = adopted_grid(params, folder.parent / run_name(tuning_params(params)), data_dir, echo,
+                                           allow_dirty)
         write([], None)
         echo(f"{label}: the grid of seed {params['tune_seed']} chose {choose_point(grid)}")
     for point in grid_keys(params):
@@ -443,13 +393,9 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
     state = best = trainer.initial()
     schedule = {"epoch": 0, "decay": 1.0, "best_epoch": None, "best_validation_error": None,
                 "epochs_without_best": 0, "history": [], "finished": False}
-    if path.exists():
-        try:
-            state, best, schedule = load_checkpoint(path, trainer)
-        except ebp_checkpoint.CheckpointError as err:
-            echo(f"{err}; moved aside to {backprop.set_aside(path).name}, training restarts from epoch 0")
-    session["from_epoch"] = schedule["epoch"]
-    n_eval = min(len(data["x_fit"]), TRAIN_ERROR_IMAGES)
+    state, best, schedule = tuned.resume(path, lambda p: load_checkpoint(p, trainer), echo) or (
+        state, best, schedule)
+    session.session["from_epoch"] = schedule["epoch"]
     stop_at = None if stop_after_epochs is None else schedule["epoch"] + stop_after_epochs
     while not schedule["finished"] and schedule["epoch"] != stop_at:
         start = time.perf_counter()
@@ -459,11 +405,8 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
             raise FloatingPointError(f"{label}: the loss became non-finite in epoch {schedule['epoch'] + 1}; the "
                                      f"grid chose a step size too large for the full run")
         schedule["epoch"] += 1
-        entry = {"epoch": schedule["epoch"], "decay": schedule["decay"],
-                 "validation_error": trainer.error(state, data["x_val"], data["y_val"]),
-                 "test_error": trainer.error(state, data["x_test"], data["y_test"]),
-                 "train_error": trainer.error(state, data["x_fit"][:n_eval], data["y_fit"][:n_eval]),
-                 "loss": round(loss, 6), "train_seconds": round(seconds, 2)}
+        entry = tuned.epoch_entry(schedule["epoch"], {"decay": schedule["decay"]},
+                                  functools.partial(trainer.error, state), data, loss, seconds)
         schedule["history"].append(entry)
         schedule["finished"] = schedule_step(schedule, entry["validation_error"], params)
         if schedule["best_epoch"] == schedule["epoch"]:
@@ -482,15 +425,7 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
 
 
 def run_state(folder, params: dict) -> str:
-    """A short description of a run folder's progress, for the script's --list."""
-    result = read_result(folder)
-    if result is None:
-        return "unreadable result.json" if (Path(folder) / RESULT_FILE).exists() else "not started"
-    if result.get("parameters") != params:
-        return "other parameters (not resumable with these)"
-    if result.get("finished"):
-        return (f"finished: test error {100 * result['evaluation']['packed']['error']:.2f}% (packed) at epoch "
-                f"{result['best_epoch']} of {result['epochs_done']}")
-    if result["grid"]["chosen"] is None:
-        return f"grid {len(result['grid']['points'])}/{len(grid_keys(params))}"
-    return f"epoch {result['epochs_done']}/{params['max_epochs']} (at most)"
+    """A short description of a run folder's progress, for the script's --list (tuned.run_state)."""
+    return tuned.run_state(folder, params, len(grid_keys(params)), lambda result: (
+        f"finished: test error {100 * result['evaluation']['packed']['error']:.2f}% (packed) at epoch "
+        f"{result['best_epoch']} of {result['epochs_done']}"))

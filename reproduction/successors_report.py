@@ -30,7 +30,7 @@ def load_successors(root, profile: str) -> list[dict]:
         except records.RecordError as err:
             left.append(f"{path}: {err}")
             continue
-        problems = sc.record_problems(record)
+        problems = records.record_problems(record)
         if problems or not record["finished"]:
             left.append(f"{path}: {'; '.join(problems) or 'unfinished'}")
             continue

@@ -44,6 +44,7 @@ import ebp_data  # noqa: E402
 import ebp_lib as ebp  # noqa: E402
 import ebp_train  # noqa: E402
 from reproduction import paper_tables, records  # noqa: E402
+from reproduction.parameters import paper_architecture  # noqa: E402
 
 EPOCH, EPOCHS = 60_000, 120
 RTOL = 1e-4
@@ -65,7 +66,7 @@ TIMING_CASES = [  # the networks of the paper's tables that dominate its runtime
 def paper_runs(dropout_reading: str = "analytic") -> list[dict]:
     """The 50 trainings behind Tables 2-4: the runs of the paper's tables (reproduction.paper_tables.table_runs),
     each with its layer list as `architecture`; Table 3's dropout read as `dropout_reading`."""
-    return [{**run, "architecture": ebp.paper_architecture(run["architecture"])}
+    return [{**run, "architecture": paper_architecture(run["architecture"])}
             for run in paper_tables.table_runs(reading=dropout_reading)]
 
 

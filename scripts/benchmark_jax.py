@@ -42,6 +42,7 @@ import ebp_data
 import ebp_lib
 import ebp_train
 from reproduction import paper_tables, records
+from reproduction.parameters import paper_architecture
 
 PAPER_EPOCHS, PAPER_IMAGES = 120, 60000
 EVAL_IMAGES = 20000  # evaluated after every epoch of a run: 10,000 test and 10,000 training images (fit)
@@ -264,7 +265,7 @@ def main(argv=None) -> int:
                             f"{PAPER_EPOCHS}): extrapolated from one timed epoch, not measured over a whole run",
            "machine": info, "results": []}
     for architecture in args.architectures:
-        layers = ebp_lib.paper_architecture(architecture)
+        layers = paper_architecture(architecture)
         sizes = ebp_lib.check_architecture(layers)
         net_args = {"architecture": layers, "weights": args.weights, "dtype": np.float32}
         row = {"architecture": str(sizes), "weights": sum(a * b for a, b in zip(sizes, sizes[1:])), "groups": []}

@@ -65,9 +65,10 @@ import ebp_data  # noqa: E402
 import ebp_lib as ebp  # noqa: E402
 import ebp_train  # noqa: E402
 from reproduction import records  # noqa: E402
+from reproduction.parameters import paper_architecture  # noqa: E402
 
 CASES = {"[784,800,10]": [800, 10], "[784,800,800,10]": [800, 800, 10],
-         "block13 [784,(local 13: 256),10]": ebp.paper_architecture("block13")}
+         "block13 [784,(local 13: 256),10]": paper_architecture("block13")}
 HIDDEN_CASE = "[784,800,800,10]"  # its [800, 800] layer is timed alone
 BATCH_SIZE, SEED = 10, 0
 BATCHES = {"b1": 1, "b1000": 1000}

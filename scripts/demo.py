@@ -13,6 +13,7 @@ import numpy as np
 import ebp_data
 import ebp_lib as ebp
 import ebp_train
+from reproduction.parameters import paper_architecture
 
 
 def main() -> None:
@@ -23,7 +24,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     data = ebp_data.load_dataset("mnist")
-    architecture = ebp.paper_architecture(args.hidden)
+    architecture = paper_architecture(args.hidden)
     compile_engine(data, architecture, args.weights)
     net = ebp.init_network(architecture, args.weights, seed=args.seed)
     print(f"EBP, {args.weights} weights, network {net.sizes}, batch size 10, "

@@ -37,6 +37,7 @@ import ebp_data
 import ebp_lib as ebp
 import ebp_train
 from reproduction.paper_tables import read_paper_tables
+from reproduction.parameters import paper_architecture
 from reproduction.records import machine_record, read_record, write_atomically, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +103,7 @@ def tracked(net: ebp.Network, x: np.ndarray) -> dict:
 
 
 def train_one(data: ebp_data.Dataset, weights, architecture, init_scale, epochs, std_floor, seed) -> dict:
-    net = ebp.init_network(ebp.paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
+    net = ebp.init_network(paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
     x_track = data.x_test[:N_TRACK]
     per_epoch = [{"epoch": 0, **ebp_train.evaluate(net, data.x_test, data.labels_test), **tracked(net, x_track)}]
     start = time.perf_counter()
@@ -410,7 +411,7 @@ def train_loop_one(data: ebp_data.Dataset, weights, architecture, init_scale, ep
     tests/test_ebp_d_gap.py checks) or with the reference engine and a stale ⟨W⟩ (ebp_analysis.train_authors_loop,
     one call per epoch: the lag restarts every epoch, as one call of Binary_EBP_minibatch.m). Evaluation as in fit."""
     overlap, lag, engine = LOOP_VARIANTS[variant]
-    net = ebp.init_network(ebp.paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
+    net = ebp.init_network(paper_architecture(architecture), weights, seed=seed, init_scale=init_scale)
     x_track, rng = data.x_test[:N_TRACK], np.random.default_rng(seed)
     per_epoch = [{"epoch": 0, **ebp_train.evaluate(net, data.x_test, data.labels_test), **tracked(net, x_track)}]
     start = time.perf_counter()
@@ -567,7 +568,8 @@ TEXT_LOOP_HEAD = """## The authors' training loop
 takes batch_size + 1 = 11 images per minibatch, and consecutive minibatches share one image (the last of one is the
 first of the next; for 60,000 images: 5,999 windows of 11 and a last one of 10, 6,000 steps an epoch as ours),
 in the file's first commit (28de5e3, November 2014) only: the next (b675655, December 2014, before the paper)
-takes `tt:(tt+batch_size-1)`, 10 images; (2) in the backward loop they set `tanh_h_cell(ll)={tanh(h)}` with the h from *before* this step's update, so the
+takes `tt:(tt+batch_size-1)`, 10 images; (2) in the backward loop they set `tanh_h_cell(ll)={tanh(h)}` with the h
+from *before* this step's update, so the
 forward pass and the backward pass's ⟨W⟩ (and σ²'s 1 − tanh² h) of step t use h as it was before step t − 1's
 update: one step stale (the bias is not). Their update is numerically ours. Do these change EBP-D − EBP-P?
 

@@ -20,7 +20,7 @@ import argparse
 import sys
 
 from reproduction import backprop as bp
-from reproduction import records
+from reproduction import tuned
 
 OVERRIDES = ("batch_size", "learning_rate_grid", "preprocessing_grid", "grid_epochs", "max_epochs", "patience",
              "stop_patience", "n_validation", "n_train")
@@ -76,34 +76,11 @@ def select_jobs(args) -> list[tuple[dict, str]]:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        jobs = select_jobs(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.list:
-        for params, folder in jobs:
-            print(f"{params['dataset']:>13} {folder.name:<18} {bp.run_state(folder, params)}")
-        return 0
     from threadpoolctl import threadpool_limits
 
-    try:
-        records.code_state(args.allow_dirty)
-    except records.DirtyTreeError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    failed = 0
+    args = parse_args(argv)
     with threadpool_limits(limits=args.threads):
-        for params, folder in jobs:
-            try:
-                bp.run(params, folder, data_dir=args.data_dir, allow_dirty=args.allow_dirty)
-            except (ValueError, FloatingPointError) as err:  # one run's fault: report it, go on with the rest
-                print(f"error: {err}", file=sys.stderr)
-                failed += 1
-                continue
-            print(f"{params['dataset']} {folder.name}: {bp.run_state(folder, params)}")
-    return 1 if failed else 0
+        return tuned.command(args, select_jobs, bp.run, bp.run_state, name_width=18)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import os
 import sys
 
 from reproduction import successors as sc
+from reproduction import tuned
 
 METHOD_NAMES = ("ste", "bop", "bayesbinn")  # successors.METHODS, without importing JAX to parse a command line
 
@@ -81,30 +82,7 @@ def one_thread() -> None:
 def main(argv=None) -> int:
     one_thread()
     args = parse_args(argv)
-    try:
-        jobs = select_jobs(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.list:
-        for params, folder in jobs:
-            print(f"{params['dataset']:>13} {folder.name:<24} {sc.run_state(folder, params)}")
-        return 0
-    try:
-        sc.records.code_state(args.allow_dirty)
-    except sc.records.DirtyTreeError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    failed = 0
-    for params, folder in jobs:
-        try:
-            sc.run(params, folder, data_dir=args.data_dir, allow_dirty=args.allow_dirty)
-        except (ValueError, FloatingPointError) as err:  # one run's fault: report it, go on with the rest
-            print(f"error: {err}", file=sys.stderr)
-            failed += 1
-            continue
-        print(f"{params['dataset']} {folder.name}: {sc.run_state(folder, params)}")
-    return 1 if failed else 0
+    return tuned.command(args, select_jobs, sc.run, sc.run_state, name_width=24)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import pytest
 
 from reproduction import backprop as bp
 from reproduction import backprop_mlp as mlp
+from reproduction import records
+from reproduction.folder import RESULT_FILE
 from scripts import run_backprop
 
 SMALL = {"n_train": 1200, "n_validation": 400, "batch_size": 50, "grid_epochs": 1, "max_epochs": 4,
@@ -101,7 +103,7 @@ def test_a_run_records_grid_history_and_the_best_validation_epoch(small_run):
     point = next(p for p in record["grid"]["points"] if p["learning_rate"] == chosen["learning_rate"])
     assert record["history"][0]["validation_error"] == point["validation_error"][0]  # same first epoch
     assert not (folder / bp.CHECKPOINT_FILE).exists()
-    assert json.loads((folder / bp.RESULT_FILE).read_text()) == record
+    assert json.loads((folder / RESULT_FILE).read_text()) == record
 
 
 def test_an_interrupted_run_resumes_to_the_same_record(small_run, tmp_path):
@@ -164,27 +166,26 @@ def test_a_bad_checkpoint_is_named_set_aside_and_the_run_restarts(small_run, dam
 def test_a_folder_of_another_run_is_refused_and_left_alone(small_run):
     params, folder, data_dir = small_run
     bp.run(params, folder, data_dir, echo=lambda *_: None, allow_dirty=True, stop_after_epochs=1)
-    before = (folder / bp.RESULT_FILE).read_bytes()
+    before = (folder / RESULT_FILE).read_bytes()
     other = {**params, "seed": 5}
     with pytest.raises(ValueError, match="other parameters.*seed"):
         bp.run(other, folder, data_dir, allow_dirty=True)
-    assert (folder / bp.RESULT_FILE).read_bytes() == before
+    assert (folder / RESULT_FILE).read_bytes() == before
 
 
 def test_the_baseline_reads_and_checks_its_runs_as_the_ebp_runs_are(small_run):
     """One run-folder machinery for both methods: a backprop run folder is read by the reader of every run folder
     (reproduction.folder.read_result), its record passes and an edited one fails the one check the tables use
-    (results.record_problems), and a checkpoint of another run is refused with the checkpoint error of the project
+    (records.record_problems), and a checkpoint of another run is refused with the checkpoint error of the project
     (ebp_checkpoint.CheckpointError), naming the file."""
     import ebp_checkpoint
     from reproduction import folder as run_folder
-    from reproduction import results
 
     params, folder, data_dir = small_run
     record = bp.run(params, folder, data_dir, echo=lambda *_: None, allow_dirty=True, stop_after_epochs=1)
-    assert run_folder.read_result(folder) == record and results.record_problems(record) == []
+    assert run_folder.read_result(folder) == record and records.record_problems(record) == []
     edited = {**record, "n_train_images": 60000}
-    assert results.record_problems(edited) == ["n_train_images: 60000, but its parameters give 800"]
+    assert records.record_problems(edited) == ["n_train_images: 60000, but its parameters give 800"]
     with pytest.raises(ebp_checkpoint.CheckpointError, match="checkpoint of another run") as info:
         bp.load_checkpoint(folder / run_folder.CHECKPOINT_FILE, {**params, "seed": 5})
     assert type(info.value) is ebp_checkpoint.CheckpointError and str(folder) in str(info.value)
@@ -214,3 +215,22 @@ def test_comparison_pools_seeds_and_only_fair_finished_runs():
     assert comparison.summary_text(comparison.backprop_errors(pooled)) == "1.77 ± 0.10 (n = 2)"
     row = next(r for r in comparison.comparison_rows([], runs, "mnist") if r[0] == "800")
     assert row[5:] == ["1.77 ± 0.10 (n = 2)", "2.13"] and row[1] == comparison.NOT_RUN
+
+
+def test_a_checkpoint_that_does_not_load_is_moved_aside_for_both_tuned_baselines(tmp_path):
+    """tuned.resume, which the backprop baseline and the successors both resume through: a checkpoint that does not
+    load is moved aside, said, and training restarts (None); none there is None; one that loads is returned."""
+    import ebp_checkpoint
+    from reproduction import tuned
+
+    path, said = tmp_path / "checkpoint.npz", []
+
+    def broken(p):
+        raise ebp_checkpoint.CheckpointError(f"{p}: damaged")
+    assert tuned.resume(path, broken, said.append) is None and said == []
+    path.write_bytes(b"not a checkpoint")
+    assert tuned.resume(path, broken, said.append) is None
+    assert not path.exists() and len(list(tmp_path.iterdir())) == 1
+    assert said == [f"{path}: damaged; moved aside to {next(tmp_path.iterdir()).name}, training restarts from epoch 0"]
+    path.write_bytes(b"fine")
+    assert tuned.resume(path, lambda p: ("weights", p.read_bytes()), said.append) == ("weights", b"fine")

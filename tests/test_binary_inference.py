@@ -21,13 +21,14 @@ import ebp_binary_format as ebf
 import ebp_data
 import ebp_lib as ebp
 import ebp_train
+from reproduction.parameters import paper_architecture
 
 N_TRAIN = 3000
 CASES = {  # name: (architecture, dropout)
     "[784,800,10]": ([800, 10], None),
     "[784,800,800,10]": ([800, 800, 10], None),
-    "block13": (ebp.paper_architecture("block13"), None),
-    "361-100 (two local layers)": (ebp.paper_architecture("361-100"), None),
+    "block13": (paper_architecture("block13"), None),
+    "361-100 (two local layers)": (paper_architecture("361-100"), None),
     "[784,400,400,10] sampled dropout": ([400, 400, 10], "sampled"),
 }
 
@@ -95,7 +96,7 @@ def test_packed_predictions_equal_ebp_d_on_all_test_images(name, data, tmp_path)
 def test_a_local_layer_stores_its_patches_only_and_derives_its_mask():
     """361-100: both local layers keep block² = 100 bits per unit (2 words, not 13 or 6) and no mask plane; the
     weights they stand for, placed by the architecture, are EBP-D's sign(h) times the mask."""
-    net = ebp.init_network(ebp.paper_architecture("361-100"), "binary", seed=0)
+    net = ebp.init_network(paper_architecture("361-100"), "binary", seed=0)
     packed = eb.export_network(net)
     assert [layer.local for layer in packed.layers] == [(28, 10), (19, 10), None]
     for layer, packed_layer in zip(net.layers, packed.layers):
@@ -110,7 +111,7 @@ def test_a_local_layer_stores_its_patches_only_and_derives_its_mask():
 def test_block13_packed_is_at_least_30_times_smaller_than_float32():
     """The block-13 net: float32 ⟨W⟩ (the dense matrices the float path multiplies by) and float32 biases against the
     packed sign planes (169 bits per hidden unit) and float64 biases."""
-    net = ebp.init_network(ebp.paper_architecture("block13"), "binary", seed=0)
+    net = ebp.init_network(paper_architecture("block13"), "binary", seed=0)
     float32_bytes = sum(layer.h.size * 4 + layer.b.size * 4 for layer in net.layers)
     packed = eb.model_bytes(eb.export_network(net))
     assert packed == {"signs": 256 * 3 * 8 + 10 * 4 * 8, "masks": 0, "biases": 266 * 8, "total": 8592}
@@ -120,7 +121,7 @@ def test_block13_packed_is_at_least_30_times_smaller_than_float32():
 def test_weights_exactly_zero_get_a_mask_plane_over_the_stored_positions(data):
     """h exactly 0 makes an EBP-D weight 0: a dense layer and a local layer then store a `connected` plane over their
     own positions (inputs, patch), and every engine still equals output_ebp_d."""
-    net = train(ebp.paper_architecture("361-100"), None, data)
+    net = train(paper_architecture("361-100"), None, data)
     net.layers[0].h[:, 28 * 5 + 5] = 0.0     # an input inside many patches of layer 1
     net.layers[2].h[:, :7] = 0.0             # the output layer (dense)
     packed = eb.export_network(net)
@@ -135,7 +136,7 @@ def test_weights_exactly_zero_get_a_mask_plane_over_the_stored_positions(data):
 def test_a_version_1_file_with_full_width_mask_planes_is_still_read(data, tmp_path):
     """Format 1 stored every layer at full width with a mask plane for spatial ones: it loads as dense layers
     with mask planes and predicts the same."""
-    net = train(ebp.paper_architecture("block13"), None, data)
+    net = train(paper_architecture("block13"), None, data)
     arrays, specs = {}, []
     for k, (w, b) in enumerate(ebp.ebp_d_parameters(net)):
         arrays[f"signs{k}"], arrays[f"b{k}"] = eb.pack_bits(w > 0), b
@@ -170,7 +171,7 @@ def test_the_stated_rule_and_a_calibrated_plan_choose_per_layer_and_the_plan_is_
     assert packed.plan is None
     assert eb.layer_methods(packed, 1) == ["packed"] * 3
     assert eb.layer_methods(packed, eb.DEFAULT_BLAS_FROM_BATCH) == ["blas", "packed", "packed"]
-    block = eb.export_network(ebp.init_network(ebp.paper_architecture("block13"), "binary", seed=0))
+    block = eb.export_network(ebp.init_network(paper_architecture("block13"), "binary", seed=0))
     assert eb.layer_methods(block, 1000) == ["packed", "packed"]  # the rule: local layers stay packed
 
     plan = eb.calibrate(packed, data.x_test[:50], batch_sizes=(1, 4, 16), repeats=1)
@@ -346,7 +347,7 @@ def test_loader_refuses_another_version(packed_file, tmp_path):
 
 def test_loader_refuses_a_local_geometry_or_a_plan_that_does_not_fit(tmp_path):
     path = tmp_path / "block.npz"
-    ebf.save_packed(path, eb.export_network(ebp.init_network(ebp.paper_architecture("block13"), "binary", seed=0)))
+    ebf.save_packed(path, eb.export_network(ebp.init_network(paper_architecture("block13"), "binary", seed=0)))
     with np.load(path) as f:
         layers = json.loads(str(f["header"]))["layers"]
     for local, message in [([28, 12], r"a block-12 layer on a 28x28 map has 289 units, not 256"),

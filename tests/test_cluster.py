@@ -21,7 +21,7 @@ import pytest
 import ebp_data
 import ebp_lib
 import ebp_train
-from reproduction import folder, paper_tables, runner
+from reproduction import folder, paper_tables, parameters, runner
 
 DASK = Path(sys.executable).with_name("dask")
 ONE_EPOCH = {"name": "tiny", "epochs": 1, "n_train": 1000, "batch_size": 10}  # passes the notebook's 50% check
@@ -107,7 +107,7 @@ def test_a_run_on_a_real_cluster_gives_what_local_cores_give(tmp_path, cluster_d
     assert f"sending runs to the Dask cluster at {scheduler}" in said
     result = folder.read_result(job["output_dir"])
     data = ebp_data.load_dataset("mnist", n_train=ONE_EPOCH["n_train"])
-    net = ebp_lib.init_network(ebp_lib.paper_architecture("200"), "binary", seed=0)
+    net = ebp_lib.init_network(parameters.paper_architecture("200"), "binary", seed=0)
     _, history = ebp_train.fit(net, data, 1, 10, seed=0)
     assert result["final"] == {k: history[-1][k] for k in result["final"]}
     assert not (Path(job["output_dir"]) / folder.CHECKPOINT_FILE).exists()

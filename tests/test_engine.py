@@ -11,6 +11,7 @@ import ebp_checks as checks
 import ebp_data
 import ebp_lib as ebp
 import ebp_train
+from reproduction.parameters import paper_architecture
 
 WEIGHTS = ["binary", "real"]
 
@@ -167,9 +168,9 @@ def test_local_mask_fan_in_and_size(block):
 
 
 def test_paper_spatial_architectures():
-    assert [ebp.init_network(ebp.paper_architecture(f"block{s}")).sizes[1] for s in range(17, 11, -1)] == \
+    assert [ebp.init_network(paper_architecture(f"block{s}")).sizes[1] for s in range(17, 11, -1)] == \
         [144, 169, 196, 225, 256, 289]
-    assert ebp.init_network(ebp.paper_architecture("361-100")).sizes == [784, 361, 100, 10]
+    assert ebp.init_network(paper_architecture("361-100")).sizes == [784, 361, 100, 10]
 
 
 @pytest.mark.parametrize("weights", WEIGHTS)
@@ -409,6 +410,10 @@ def test_sampled_dropout_step_without_rng_is_refused():
     (dict(architecture=[10], keep=0.0), r"\(0, 1\]"),
     (dict(architecture=[10], keep=1.5), r"\(0, 1\]"),
     (dict(architecture=[10], dropout="gaussian"), "dropout"),
+    (dict(architecture=[10], init_scale=0.0), "init_scale=0.0 must be positive"),
+    (dict(architecture=[("local", 13), 10], mask_reading="partly"), "unknown mask reading 'partly'"),
+    (dict(architecture=[10], real_update="newest"), "unknown update 'newest'"),
+    (dict(architecture=[10], real_update="authors"), "the update 'authors' is the authors' code for real weights"),
 ])
 def test_invalid_network_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

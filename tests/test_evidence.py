@@ -92,7 +92,7 @@ def test_a_notebook_replaced_after_the_run_is_named_as_replaced_with_how_to_rest
     replaced; the run is inconsistent (not published, not retrained) and the message says how to restore it."""
     run_dir, record = _finished(tmp_path, rows)
     record["notebook_sha256"] = sha256((run_dir / EXECUTED_FILE).read_bytes())
-    records.write_record(run_dir / RESULT_FILE, record, folder.ebp_record_problems)
+    records.write_record(run_dir / RESULT_FILE, record)
     assert job_state(_job(run_dir, record)).state == "finished"
     other = fake_notebook(fake_result(record["parameters"], 1, None, "paper", 0.2))
     other["cells"][0]["outputs"] = []  # refused in its first cells: it printed no table and no final line
@@ -166,7 +166,7 @@ def test_the_upgrader_checks_every_file_before_writing_any_and_names_each_bad_on
     before = old.read_bytes()
     paths = [old, *(tmp_path / name for name in bad)]
     with pytest.raises(records.RecordError) as info:
-        records.upgrade_files(paths, folder.ebp_record_problems, echo=lambda *_: None)
+        records.upgrade_files(paths, echo=lambda *_: None)
     message = str(info.value)
     assert "4 of 5 files cannot be upgraded" in message and old.read_bytes() == before
     for name, why in [("text.json", "not JSON"), ("list.json", "not a run record"),

@@ -85,6 +85,28 @@ def test_calibration_over_epochs_trains_as_train_epoch_and_measures_the_final_ne
     assert record[-1]["confidence"] == pytest.approx(p.max(axis=1).mean())
 
 
+def test_a_bad_benchmark_record_is_named_with_what_is_wrong(tmp_path):
+    """read_benchmark reads the committed record as benchmark_machine does; a file that is not JSON, not an object,
+    or whose machine fields are of another form is refused naming the file and the field, not with a KeyError."""
+    import json
+
+    committed = analysis.read_benchmark(records.REPO / "outputs" / "binary_inference.json")
+    assert analysis.benchmark_machine(committed)["cpu_model"] == committed["machine"]["cpu_model"]
+    path = tmp_path / "bench.json"
+    for content, problem in [("{", "not JSON"), ("[1, 2]", "the record is a JSON list, not an object"),
+                             (json.dumps({"machine": "x"}), "machine is not an object"),
+                             (json.dumps({"machine": {"load_average": {"start": [1, 2]}}}),
+                              "machine's load average at the start is [1, 2], not three numbers"),
+                             (json.dumps({"machine": {"cpu_flags": "avx2"}}), "machine.cpu_flags (or flags) is neither"),
+                             (json.dumps({"machine": {"cores": "16"}}), "machine.cores is '16', not a whole number")]:
+        path.write_text(content)
+        with pytest.raises(analysis.BenchmarkRecordError) as info:
+            analysis.read_benchmark(path)
+        assert str(info.value).startswith(f"{path}: {problem}"), str(info.value)
+    with pytest.raises(analysis.BenchmarkRecordError, match="missing.json: cannot be read"):
+        analysis.read_benchmark(tmp_path / "missing.json")
+
+
 def test_benchmark_machine_reads_either_schema_and_invents_nothing():
     old = {"machine": {"cpu_model": "CPU X", "cores": 2, "load_average_at_start": [6.9, 6.3, 4.8],
                        "load_average_at_end": [5.8, 6.1, 4.9]}}

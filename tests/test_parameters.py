@@ -141,6 +141,35 @@ def test_a_run_configuration_is_validated_when_built_and_frozen():
     assert all(layer.held for layer in net.layers[:2]) and net.sizes == [784, 361, 100, 10]
 
 
+@pytest.mark.parametrize("changes", [{}, {"architecture": "361-100", "weights": "real", "mask_reading": "held",
+                                      "real_update": "authors", "dropout": "sampled", "init_scale": 0.5, "seed": 3}])
+def test_a_run_configs_network_is_init_networks_built_without_checking_again(monkeypatch, changes):
+    """RunConfig.network builds the network ebp_lib.init_network builds from the same values, bit for bit, without
+    running init_network's checks again (the RunConfig validated them when it was built)."""
+    import numpy as np
+
+    import ebp_lib
+
+    config = parameters.RunConfig(**changes)
+    expected = ebp_lib.init_network(config.layers, config.weights, config.seed, init_scale=config.init_scale,
+                                    dropout=config.dropout, keep=config.keep, mask_reading=config.mask_reading,
+                                    real_update=config.real_update, dtype=np.float32)
+
+    def checked_again(*args, **kwargs):
+        raise AssertionError("a RunConfig's values were checked again")
+    monkeypatch.setattr(ebp_lib, "check_architecture", checked_again)
+    monkeypatch.setattr(ebp_lib, "check_update", checked_again)
+    net = config.network(dtype=np.float32)
+    assert ebp_lib.network_config(net) == ebp_lib.network_config(expected)
+    for built, reference in zip(net.layers, expected.layers, strict=True):
+        assert built.h.dtype == reference.h.dtype == np.float32 and built.held == reference.held
+        np.testing.assert_array_equal(built.h, reference.h)
+        np.testing.assert_array_equal(built.b, reference.b)
+        np.testing.assert_array_equal(built.normaliser, reference.normaliser)
+    with pytest.raises(AssertionError, match="checked again"):  # the public constructor still checks
+        ebp_lib.init_network(config.layers, config.weights)
+
+
 @pytest.mark.parametrize("name", ["1_000", "\uff12\uff10\uff10", "200 -100", "block 13", " 200", "200\n", "800-"])
 def test_an_architecture_name_is_taken_only_as_the_tables_write_it(name):
     """Python's int() reads "1_000", full-width digits and surrounding spaces; an architecture name that only it

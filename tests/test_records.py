@@ -6,7 +6,7 @@ import pytest
 from fake_runs import load_script
 
 from reproduction import records
-from reproduction.folder import ebp_record_problems
+from reproduction.folder import ebp_expected
 
 
 def test_the_scripts_record_the_machine_with_records_timing_record():
@@ -100,13 +100,13 @@ def test_an_older_format_record_is_read_as_the_current_one_and_upgraded_once(tmp
     path, done = tmp_path / "old" / "result.json", tmp_path / "current" / "result.json"
     path.parent.mkdir(), done.parent.mkdir()
     records.write_json(path, old)
-    records.write_record(done, current, ebp_record_problems)
+    records.write_record(done, current)
     assert records.read_record(path) == current
     names = list(records.read_record(path)["parameters"])
     assert names[names.index("mask_reading") + 1] == "real_update"
     assert old_format == 2 or names[names.index("weights") + 1] == "mask_reading"
     before, untouched = path.read_text().splitlines(), done.read_bytes()
-    assert records.upgrade_files([path, done], ebp_record_problems, echo=lambda *_: None) == [path]
+    assert records.upgrade_files([path, done], echo=lambda *_: None) == [path]
     assert done.read_bytes() == untouched and json.loads(path.read_text()) == current
     after = path.read_text().splitlines()
     added = [line for line in after if line not in before]
@@ -123,7 +123,7 @@ def test_upgrade_names_a_missing_file_and_rewrites_nothing(tmp_path):
     records.write_json(path, old)
     before = path.read_bytes()
     with pytest.raises(records.RecordError, match="missing.json: no such result file"):
-        records.upgrade_files([path, tmp_path / "missing.json"], ebp_record_problems, echo=lambda *_: None)
+        records.upgrade_files([path, tmp_path / "missing.json"], echo=lambda *_: None)
     assert path.read_bytes() == before
 
 
@@ -169,8 +169,49 @@ def test_the_writer_refuses_an_inconsistent_record_and_writes_nothing(tmp_path):
                              ({"n_train_images": 60000}, "n_train_images: 60000"),
                              ({"epochs_done": 3}, "epochs_done: 3, but the history holds 2 epochs")]:
         with pytest.raises(records.RecordError, match="refusing to write") as info:
-            records.write_record(path, _record(tmp_path, **changes), ebp_record_problems)
+            records.write_record(path, _record(tmp_path, **changes))
         assert problem in str(info.value) and not path.exists()
+
+
+def test_one_record_check_dispatches_on_the_method(tmp_path, monkeypatch):
+    """records.record_problems is the one check of every run record: it reads the parameters as the record's method
+    does (records.EXPECTED: EBP's last epoch against a tuned baseline's best-validation epoch), so the same edit is a
+    problem of every method; the committed backprop and successor records pass it unchanged; a method whose module
+    was not imported is named, not mistaken for another."""
+    import json
+    from pathlib import Path
+
+    from reproduction import backprop, successors
+
+    assert records.EXPECTED == {"ebp": ebp_expected, "backprop": backprop.backprop_expected,
+                                "successor": successors.successor_expected}
+    ebp = _record(tmp_path)
+    assert records.record_problems(ebp) == []
+    assert records.record_problems({**ebp, "epochs_done": 3}) == ["epochs_done: 3, but the history holds 2 epochs"]
+    root = Path(records.REPO, "outputs")
+    committed = {method: sorted(root.glob(f"{folder}/*/*/result.json"))
+                 for method, folder in (("backprop", "backprop"), ("successor", "successors/smoke"))}
+    for method, paths in committed.items():
+        assert paths, method
+        for path in paths:
+            record = records.read_record(path)
+            assert record["method"] == method and records.record_problems(record) == [], path
+            assert json.loads(path.read_text()) == record  # read as written: no upgrade
+            best = record["best_epoch"]
+            if best is not None:
+                edited = {**record, "final": {**record["final"], "test_error": 0.5}}
+                assert records.record_problems(edited) == [
+                    f"final.test_error: 0.5, but the history's best-validation epoch has "
+                    f"{record['history'][best - 1]['test_error']!r}"], path
+    successor = records.read_record(committed["successor"][0])
+    if successor["finished"]:
+        broken = {**successor, "evaluation": {**successor["evaluation"],
+                                              "packed": {**successor["evaluation"]["packed"], "mismatches": 1}}}
+        assert records.record_problems(broken) == [
+            "evaluation.packed.mismatches: the packed net disagrees with the float evaluation"]
+    monkeypatch.delitem(records.EXPECTED, "successor")
+    with pytest.raises(records.RecordError, match="no check of successor records: import reproduction.successors"):
+        records.record_problems(successor)
 
 
 def test_every_record_is_written_by_write_record(tmp_path, monkeypatch):
@@ -179,7 +220,7 @@ def test_every_record_is_written_by_write_record(tmp_path, monkeypatch):
     from reproduction import folder, parameters
 
     written = []
-    monkeypatch.setattr(folder, "write_record", lambda path, data, problems: written.append((path, data)))
+    monkeypatch.setattr(folder, "write_record", lambda path, data: written.append((path, data)))
     recorder = folder.EpochRecorder(tmp_path, parameters.RunConfig(), tmp_path / "none.npz",
                                     echo=lambda *_: None)
     recorder({"epoch": 1, "test_ebp_p": 0.2, "test_ebp_d": 0.25, "train_ebp_p": 0.1, "train_ebp_d": 0.15,

@@ -36,7 +36,7 @@ def tiny_job(runs_dir, **changes):
 def uninterrupted(real_data_dir):
     """The tiny configuration trained in one go, in this process."""
     data = ebp_data.load_dataset("mnist", n_train=TINY["n_train"])
-    net = ebp_lib.init_network(ebp_lib.paper_architecture("200"), "binary", seed=0)
+    net = ebp_lib.init_network(parameters.paper_architecture("200"), "binary", seed=0)
     _, history = ebp_train.fit(net, data, KILL_EPOCHS, TINY["batch_size"], seed=0)
     return [{k: r[k] for k in RECORD_KEYS} for r in history]
 

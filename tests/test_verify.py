@@ -25,7 +25,7 @@ def _record(commit: str, history: list[dict]) -> dict:
 
 def _write(run_dir, record):
     run_dir.mkdir(parents=True, exist_ok=True)
-    records.write_record(run_dir / folder.RESULT_FILE, record, folder.ebp_record_problems)
+    records.write_record(run_dir / folder.RESULT_FILE, record)
 
 
 def test_a_faithful_record_replays_and_an_edited_one_does_not(tmp_path, real_data_dir, monkeypatch):
