@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from reproduction import records, tuned
 from reproduction import successors as sc
-from reproduction import tuned
 from successors import bayesbinn, bop, evaluate, mlp, ste
 
 
@@ -310,7 +310,7 @@ def test_other_seeds_train_at_the_point_chosen_by_the_grid_of_seed_0(real_data_d
     assert source["parameters"] == seed0 and source["epochs_done"] == 0 and not source["finished"]
     assert record["finished"] and record["grid"]["points"] == source["grid"]["points"]
     assert record["grid"]["tuned_on_seed"] == 0 and record["grid"]["chosen"] == source["grid"]["chosen"]
-    assert "grid run once, on seed 0" in record["protocol_description"] and sc.record_problems(record) == []
+    assert "grid run once, on seed 0" in record["protocol_description"] and records.record_problems(record) == []
     assert record["train_seconds"] == pytest.approx(sum(h["train_seconds"] for h in record["history"]), abs=0.02)
     finished0 = sc.run(seed0, folder.parent / sc.run_name(seed0), real_data_dir, **quiet)  # resumes after the grid
     assert finished0["finished"] and finished0["grid"]["points"] == source["grid"]["points"]
