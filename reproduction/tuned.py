@@ -91,8 +91,9 @@ def new_session(code: dict) -> dict:
 class Session:
     """One start or resumption of a run in `folder`: the code state checked (records.code_state) and the folder's
     previous record read (open_run: None for a new run) before anything is written; `grid`, the grid points scored
-    so far (the caller appends new ones); `session`, this session's entry; write(history, state, finished, **extra)
-    rewrites folder/result.json with make_record(params, grid, history, state, finished, sessions, **extra)."""
+    so far (the caller appends new ones); `session`, the entry of this start or resumption;
+    write(history, state, finished, **extra) rewrites folder/result.json with make_record(params, grid, history,
+    state, finished, sessions, **extra)."""
 
     def __init__(self, folder, params: dict, allow_dirty: bool, make_record):
         code = records.code_state(allow_dirty)
