@@ -23,7 +23,8 @@ test error never used for a choice. At the end the best epoch's net is evaluated
 error through ebp_binary's packed inference and its mismatches with the float64 evaluation of the unfolded net,
 NLL, ECE and reliability bins of its softmax; for BayesBiNN also the Monte Carlo predictive over `mc_samples` nets
 w ~ q and the mean net. Times: training seconds per epoch (evaluation excluded) and to the best epoch, the grid's
-seconds, and the epochs to reach TARGET_ERROR (test error, the quantity EBP's records hold per epoch).
+seconds, each as wall time and as the process's CPU time (core-seconds: with one thread, what an idle core would
+take, whatever else the machine runs), and the epochs to reach TARGET_ERROR (test error, the quantity EBP's records hold per epoch).
 
 Runs are resumable: the grid per point (in result.json), training per epoch from checkpoint.npz (ebp_checkpoint:
 arrays and one JSON metadata text; array headers checked against the run before any data is read; no pickle).
@@ -226,14 +227,16 @@ def grid_point(params: dict, data: dict, point: dict) -> dict:
     """Validation error of the deployed net after each of `grid_epochs` epochs at one grid point; a point whose
     state becomes non-finite scores 1.0 from then on and is marked diverged."""
     trainer = Trainer(params, point, len(data["x_fit"]))
-    state, errors, diverged, start = trainer.initial(), [], False, time.perf_counter()
+    state, errors, diverged = trainer.initial(), [], False
+    start, cpu_start = time.perf_counter(), time.process_time()
     for epoch in range(params["grid_epochs"]):
         if not diverged:
             state, loss = trainer.train_epoch(state, data["x_fit"], data["y_fit"], epoch, 1.0)
             diverged = not math.isfinite(loss)
         errors.append(1.0 if diverged else trainer.error(state, data["x_val"], data["y_val"]))
     return {**point, "validation_error": errors, "diverged": diverged,
-            "train_seconds": round(time.perf_counter() - start, 2)}
+            "train_seconds": round(time.perf_counter() - start, 2),
+            "cpu_seconds": round(time.process_time() - cpu_start, 2)}
 
 
 def choose_point(points: list[dict]) -> dict:
@@ -303,11 +306,15 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
         probabilistic[name] = {"test_error": round(evaluate.error(p, y), 6), "nll": round(evaluate.nll(p, y), 6),
                                "ece": round(bins["ece"], 6), "reliability": bins}
     seconds = [h["train_seconds"] for h in history]
+    cpu_seconds = [h.get("cpu_seconds") for h in history]
     target = TARGET_ERROR[params["dataset"]]
     reached = next((h["epoch"] for h in history if h["test_error"] <= target), None)
     return {"best_epoch": best_epoch, "packed": packed, "outputs": probabilistic,
             "seconds_per_epoch": round(float(np.median(seconds)), 3),
             "seconds_to_best_epoch": round(sum(seconds[:best_epoch]), 2),
+            **({} if None in cpu_seconds else {
+                "cpu_seconds_per_epoch": round(float(np.median(cpu_seconds)), 3),
+                "cpu_seconds_to_best_epoch": round(sum(cpu_seconds[:best_epoch]), 2)}),
             "target_error": target, "epochs_to_target": reached, "n_tuned": n_tuned(trainer.params),
             "net_file": NET_FILE}
 
@@ -343,7 +350,7 @@ def make_record(params, grid, history, schedule, finished, sessions, evaluation=
                         {"points": grid, "rule": "lowest validation error of the deployed net after the last grid epoch",
                          "tuned_on_seed": tuning_params(params)["seed"],
                          "chosen": None if chosen is None else {k: v for k, v in chosen.items() if k not in (
-                             "validation_error", "diverged", "train_seconds")}},
+                             "validation_error", "diverged", "train_seconds", "cpu_seconds")}},
                         history, best, finished, sessions, PACKAGES, grid_seconds=not adopts_grid(params),
                         evaluation=evaluation)
 
@@ -398,15 +405,15 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
     session.session["from_epoch"] = schedule["epoch"]
     stop_at = None if stop_after_epochs is None else schedule["epoch"] + stop_after_epochs
     while not schedule["finished"] and schedule["epoch"] != stop_at:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         state, loss = trainer.train_epoch(state, data["x_fit"], data["y_fit"], schedule["epoch"], schedule["decay"])
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
         if not math.isfinite(loss):
             raise FloatingPointError(f"{label}: the loss became non-finite in epoch {schedule['epoch'] + 1}; the "
                                      f"grid chose a step size too large for the full run")
         schedule["epoch"] += 1
         entry = tuned.epoch_entry(schedule["epoch"], {"decay": schedule["decay"]},
-                                  functools.partial(trainer.error, state), data, loss, seconds)
+                                  functools.partial(trainer.error, state), data, loss, seconds, cpu_seconds)
         schedule["history"].append(entry)
         schedule["finished"] = schedule_step(schedule, entry["validation_error"], params)
         if schedule["best_epoch"] == schedule["epoch"]:

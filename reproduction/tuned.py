@@ -137,16 +137,19 @@ def resume(path: Path, load, echo):
     return None
 
 
-def epoch_entry(epoch: int, step: dict, error, data: dict, loss: float, seconds: float) -> dict:
+def epoch_entry(epoch: int, step: dict, error, data: dict, loss: float, seconds: float,
+                cpu_seconds: float | None = None) -> dict:
     """One epoch of a run's history: its number, `step` (the step size it trained with, e.g. {"learning_rate": r}),
     the validation, test and training error (the first TRAIN_ERROR_IMAGES fit images) as error(x, y) gives them, the
-    training loss and seconds."""
+    training loss, wall seconds and, where given, the process's CPU seconds (core-seconds: unlike wall time, not
+    stretched by other work on the machine nor by a paused process)."""
     n_eval = min(len(data["x_fit"]), TRAIN_ERROR_IMAGES)
     return {"epoch": epoch, **step,
             "validation_error": error(data["x_val"], data["y_val"]),
             "test_error": error(data["x_test"], data["y_test"]),
             "train_error": error(data["x_fit"][:n_eval], data["y_fit"][:n_eval]),
-            "loss": round(loss, 6), "train_seconds": round(seconds, 2)}
+            "loss": round(loss, 6), "train_seconds": round(seconds, 2),
+            **({} if cpu_seconds is None else {"cpu_seconds": round(cpu_seconds, 2)})}
 
 
 def run_state(folder, params: dict, n_grid: int, finished) -> str:

@@ -3,6 +3,7 @@ hand on nets small enough to write out; the deployed net through packed inferenc
 from __future__ import annotations
 
 import math
+import time
 
 import jax
 import jax.numpy as jnp
@@ -293,9 +294,33 @@ def test_an_interrupted_run_resumes_to_the_same_record(real_data_dir, tmp_path, 
     partial = sc.run(params, tmp_path / "part", real_data_dir, stop_after_epochs=1, **quiet)
     assert not partial["finished"] and (tmp_path / "part" / sc.CHECKPOINT_FILE).exists()
     resumed = sc.run(params, tmp_path / "part", real_data_dir, **quiet)
-    strip = [{k: v for k, v in h.items() if k != "train_seconds"} for h in whole["history"]]
-    assert [{k: v for k, v in h.items() if k != "train_seconds"} for h in resumed["history"]] == strip
+    timings = ("train_seconds", "cpu_seconds")
+    strip = [{k: v for k, v in h.items() if k not in timings} for h in whole["history"]]
+    assert [{k: v for k, v in h.items() if k not in timings} for h in resumed["history"]] == strip
     assert resumed["evaluation"]["outputs"] == whole["evaluation"]["outputs"]
+
+
+def test_core_seconds_do_not_count_time_the_process_spends_waiting(real_data_dir, tmp_path, monkeypatch):
+    """A run's CPU seconds are what its work cost, where its wall seconds also count a pause (or other jobs): an
+    epoch that waits 0.4 s longer lasts 0.4 s more on the wall clock, not in core-seconds."""
+    train_epoch = sc.Trainer.train_epoch
+
+    def waiting(self, *args):
+        time.sleep(0.4)
+        return train_epoch(self, *args)
+
+    monkeypatch.setattr(sc.Trainer, "train_epoch", waiting)
+    params = sc.make_parameters("ste", "mnist", "16", grid={"learning_rate": [1e-3]}, **SMALL)
+    record = sc.run(params, tmp_path, real_data_dir, echo=lambda *_: None, allow_dirty=True)
+    history, evaluation = record["history"], record["evaluation"]
+    assert all(h["train_seconds"] >= 0.4 > h["cpu_seconds"] + 0.2 for h in history)
+    point = record["grid"]["points"][0]  # its first epoch compiles: CPU seconds that are the run's cost too
+    assert point["train_seconds"] >= 0.4 and point["cpu_seconds"] > 0 and "cpu_seconds" not in record["grid"]["chosen"]
+    best = record["best_epoch"]
+    assert evaluation["cpu_seconds_to_best_epoch"] == pytest.approx(sum(h["cpu_seconds"] for h in history[:best]),
+                                                                     abs=0.01 * best)
+    assert evaluation["cpu_seconds_per_epoch"] == pytest.approx(np.median([h["cpu_seconds"] for h in history]),
+                                                                 abs=0.001)
 
 
 def test_other_seeds_train_at_the_point_chosen_by_the_grid_of_seed_0(real_data_dir, tmp_path):
