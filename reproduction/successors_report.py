@@ -8,16 +8,20 @@ images, no tuning), so its "time to best" is its training time and its deployabl
 """
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
+from scipy import stats
+
 from ebp_lib import DEFAULT_UPDATE
-from reproduction import records
+from reproduction import band, records
 from reproduction import successors as sc
 
 EBP_PROFILES = {"mnist": "paper", "fashion-mnist": "paper-fashion-mnist"}
 NETS = ("800", "800-800")
 METHOD_LABELS = {"ste": "STE / BinaryConnect", "bop": "Bop", "bayesbinn": "BayesBiNN", "ebp": "EBP (B-EBP-D / -P)"}
+METHODS = ("ebp", "ste", "bop", "bayesbinn")
 COLOURS = {"ste": "tab:blue", "bop": "tab:orange", "bayesbinn": "tab:green", "ebp": "black"}
 
 
@@ -40,8 +44,21 @@ def load_successors(root, profile: str) -> list[dict]:
     return found
 
 
+def _machines(sessions: list[dict]) -> str:
+    """The CPU model(s) a run's sessions ran on, in order, each once."""
+    return " + ".join(dict.fromkeys(x.get("cpu", "?") for x in sessions))
+
+
+def core_seconds(record: dict) -> float | None:
+    """The CPU seconds a successor run cost: its grid points' and its epochs' training (None where the record holds
+    wall seconds only)."""
+    parts = [p.get("cpu_seconds") for p in record["grid"]["points"]] + [h.get("cpu_seconds") for h in record["history"]]
+    return None if None in parts else round(sum(parts), 2)
+
+
 def successor_rows(results: list[dict]) -> list[dict]:
-    """One row per run: method, dataset, net, seed and what its evaluation says (errors in %)."""
+    """One row per run: method, dataset, net, seed and what its evaluation says (errors in %; times in seconds,
+    core-seconds where the record has them)."""
     rows = []
     for r in results:
         p, e = r["parameters"], r["evaluation"]
@@ -52,6 +69,9 @@ def successor_rows(results: list[dict]) -> list[dict]:
                      "predictive": 100 * out["predictive"]["test_error"] if "predictive" in out else None,
                      "nll": prob["nll"], "ece": prob["ece"], "mismatches": e["packed"]["mismatches"],
                      "s_per_epoch": e["seconds_per_epoch"], "s_to_best": e["seconds_to_best_epoch"],
+                     "cpu_s_per_epoch": e.get("cpu_seconds_per_epoch"),
+                     "cpu_s_to_best": e.get("cpu_seconds_to_best_epoch"), "machine": _machines(r["sessions"]),
+                     "core_seconds": core_seconds(r),
                      "best_epoch": r["best_epoch"], "epochs_to_target": e["epochs_to_target"],
                      "target": 100 * e["target_error"], "n_tuned": e["n_tuned"],
                      "reliability": prob["reliability"]})
@@ -60,7 +80,8 @@ def successor_rows(results: list[dict]) -> list[dict]:
 
 def ebp_rows(ebp_results, dataset: str) -> list[dict]:
     """One row per EBP run of the paper's protocol on `dataset`: binary weights, no dropout, the paper's nets, the
-    spec's update (the authors' update variants are other algorithms)."""
+    spec's update (the authors' update variants are other algorithms). Its records time the wall clock only (one
+    thread per run, two runs on two cores): `cpu_s_*` stay None."""
     rows = []
     for r in ebp_results:
         p = r["parameters"]
@@ -73,7 +94,8 @@ def ebp_rows(ebp_results, dataset: str) -> list[dict]:
                      "protocol": r["protocol"], "deployed": 100 * r["final"]["test_ebp_d"],
                      "predictive": 100 * r["final"]["test_ebp_p"], "nll": None, "ece": None, "mismatches": None,
                      "s_per_epoch": statistics.median(h["train_seconds"] for h in history),
-                     "s_to_best": r["train_seconds"], "best_epoch": len(history),
+                     "s_to_best": r["train_seconds"], "cpu_s_per_epoch": None, "cpu_s_to_best": None,
+                     "machine": _machines(r["sessions"]), "best_epoch": len(history),
                      "epochs_to_target": next((h["epoch"] for h in history if h["test_ebp_d"] <= target), None),
                      "target": 100 * target, "n_tuned": 0, "reliability": None})
     return rows
@@ -92,48 +114,166 @@ def _ints(values) -> str:
     return ", ".join("–" if v is None else str(v) for v in values)
 
 
-def table(rows: list[dict], dataset: str) -> str:
-    """Markdown: per method and net, seeds pooled (mean ± SD): deployed ±1 net's test error, predictive's, NLL, ECE,
-    seconds per epoch and to the best epoch, best epochs and epochs to the target error per seed, tuned count."""
-    head = ("| method | net | seeds | deployed ±1 net (%) | predictive (%) | NLL | ECE | s / epoch | s to best | "
-            "best epoch | epochs to target | tuned | packed mismatches |\n|" + "---|" * 13)
-    lines = [head]
-    for method in ("ebp", "ste", "bop", "bayesbinn"):
+def _groups(rows: list[dict], dataset: str):
+    """(method, net, its runs sorted by seed) for every method and net with a run on `dataset`, EBP first."""
+    for method in METHODS:
         for net in NETS:
             group = sorted((r for r in rows if r["method"] == method and r["net"] == net and r["dataset"] == dataset),
                            key=lambda r: r["seed"])
-            if not group:
-                continue
-            mismatches = [r["mismatches"] for r in group]
-            lines.append(
-                f"| {METHOD_LABELS[method]} | [{net.replace('-', ', ')}] | {_ints(r['seed'] for r in group)} | "
-                f"{_mean_sd(r['deployed'] for r in group)} | {_mean_sd(r['predictive'] for r in group)} | "
-                f"{_mean_sd(r['nll'] for r in group)} | {_mean_sd(r['ece'] for r in group)} | "
-                f"{_mean_sd(r['s_per_epoch'] for r in group)} | {_mean_sd(r['s_to_best'] for r in group)} | "
-                f"{_ints(r['best_epoch'] for r in group)} | {_ints(r['epochs_to_target'] for r in group)} | "
-                f"{group[0]['n_tuned']} | {'–' if None in mismatches else sum(mismatches)} |")
+            if group:
+                yield method, net, group
+
+
+def _net(net: str) -> str:
+    return f"[{net.replace('-', ', ')}]"
+
+
+def table(rows: list[dict], dataset: str) -> str:
+    """Markdown: per method and net, seeds pooled (mean ± SD): the deployed ±1 net's test error, the predictive's,
+    NLL and ECE of the probabilistic output, how many hyperparameters the grid tuned, packed-inference mismatches."""
+    lines = ["| method | net | seeds | deployed ±1 net (%) | predictive (%) | NLL | ECE | tuned | packed mismatches |",
+             "|" + "---|" * 9]
+    for method, net, group in _groups(rows, dataset):
+        mismatches = [r["mismatches"] for r in group]
+        lines.append(
+            f"| {METHOD_LABELS[method]} | {_net(net)} | {_ints(r['seed'] for r in group)} | "
+            f"{_mean_sd(r['deployed'] for r in group)} | {_mean_sd(r['predictive'] for r in group)} | "
+            f"{_mean_sd(r['nll'] for r in group)} | {_mean_sd(r['ece'] for r in group)} | {group[0]['n_tuned']} | "
+            f"{'–' if None in mismatches else sum(mismatches)} |")
     return "\n".join(lines)
 
 
-def error_time_figure(rows: list[dict], datasets=("mnist", "fashion-mnist")):
-    """Deployed net's test error against training seconds to the best epoch: one point per run (seeds shown as
-    separate points), colour per method, marker per net (o: 800, s: [800, 800])."""
-    import matplotlib.pyplot as plt
+def cost_table(rows: list[dict], dataset: str) -> str:
+    """Markdown: per method and net, seeds pooled (mean ± SD): training core-seconds (the process's CPU time, one
+    thread) per epoch and to the best epoch, wall seconds per epoch, the best epoch and the first epoch at or below
+    the target test error per seed, and the machines the runs ran on."""
+    lines = ["| method | net | seeds | core-s / epoch | core-s to best | wall s / epoch | best epoch | "
+             "epochs to target | machine |", "|" + "---|" * 9]
+    for method, net, group in _groups(rows, dataset):
+        lines.append(
+            f"| {METHOD_LABELS[method]} | {_net(net)} | {_ints(r['seed'] for r in group)} | "
+            f"{_mean_sd(r['cpu_s_per_epoch'] for r in group)} | {_mean_sd(r['cpu_s_to_best'] for r in group)} | "
+            f"{_mean_sd(r['s_per_epoch'] for r in group)} | {_ints(r['best_epoch'] for r in group)} | "
+            f"{_ints(r['epochs_to_target'] for r in group)} | {', '.join(sorted({r['machine'] for r in group}))} |")
+    return "\n".join(lines)
 
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
+
+def welch_difference(a, b) -> tuple[float, float, float] | None:
+    """(mean(a) − mean(b), the half-width of its band.LEVEL t interval, Welch–Satterthwaite df) for two independent
+    sets of runs evaluated on the same test images (the test set's noise is shared and cancels; what separates them
+    is the run-to-run spread of each); None unless both have two runs or more."""
+    a, b = list(a), list(b)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    d = statistics.fmean(a) - statistics.fmean(b)
+    if va + vb == 0:
+        return d, 0.0, math.inf
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return d, stats.t.ppf((1 + band.LEVEL) / 2, df) * math.sqrt(va + vb), df
+
+
+def _errors(rows, dataset, net, method, output="deployed") -> list[float]:
+    return [r[output] for r in rows if r["dataset"] == dataset and r["net"] == net and r["method"] == method
+            and r[output] is not None]
+
+
+NOT_CONCLUSIVE = "not conclusive, an interval needs two seeds or more of each"
+COMPARISONS = [(m, "deployed", "deployed", "EBP-D") for m in ("ste", "bop", "bayesbinn")] + [
+    ("bayesbinn", "predictive", "predictive", "EBP-P")]
+
+
+def differences(rows: list[dict], dataset: str) -> list[str]:
+    """One line per successor and net with runs: its test error minus EBP's (deployed ±1 nets: against EBP-D;
+    BayesBiNN's predictive against EBP-P), means over seeds with Welch's band.LEVEL interval, and what it says."""
+    lines = []
+    for net in NETS:
+        for method, output, ebp_output, ebp_label in COMPARISONS:
+            ours, ebp = _errors(rows, dataset, net, method, output), _errors(rows, dataset, net, "ebp", ebp_output)
+            if not ours or not ebp:
+                continue
+            what = f"{METHOD_LABELS[method]}{' predictive' if output == 'predictive' else ''} − {ebp_label}"
+            found = welch_difference(ours, ebp)
+            if found is None:
+                lines.append(f"- {_net(net)}, {what}: {statistics.fmean(ours) - statistics.fmean(ebp):+.2f} points "
+                             f"({len(ours)} seed{'s' if len(ours) > 1 else ''} against {len(ebp)}): "
+                             + NOT_CONCLUSIVE)
+                continue
+            d, h, _ = found
+            verdict = ("lower error than EBP" if d + h < 0 else "higher error than EBP" if d - h > 0
+                       else "not separable from EBP")
+            lines.append(f"- {_net(net)}, {what}: {d:+.2f} ± {h:.2f} points ({band.LEVEL:.0%} Welch interval, "
+                         f"{len(ours)} and {len(ebp)} seeds): {verdict}")
+    return lines
+
+
+def summary(rows: list[dict], expected_runs: int) -> str:
+    """Markdown for README.md (scripts/readme_tables.py copies it there): per data set and net, the deployed ±1 net's
+    test error of every method and the predictive of EBP and BayesBiNN (mean ± SD (seeds)), then the differences
+    with EBP, the runs finished of `expected_runs`, and the protocols in one sentence."""
+    cell = {}
+    for r in rows:
+        cell.setdefault((r["dataset"], r["net"], r["method"], "deployed"), []).append(r["deployed"])
+        if r["predictive"] is not None:
+            cell.setdefault((r["dataset"], r["net"], r["method"], "predictive"), []).append(r["predictive"])
+    columns = [("ebp", "deployed", "EBP-D"), ("ebp", "predictive", "EBP-P"), ("ste", "deployed", "STE"),
+               ("bop", "deployed", "Bop"), ("bayesbinn", "deployed", "BayesBiNN"),
+               ("bayesbinn", "predictive", "BayesBiNN predictive")]
+    lines = ["| data | net | " + " | ".join(c[2] for c in columns) + " |", "|" + "---|" * (2 + len(columns))]
+    for dataset in EBP_PROFILES:
+        for net in NETS:
+            values = [cell.get((dataset, net, m, o), []) for m, o, _ in columns]
+            if any(values):
+                lines.append(f"| {dataset} | {_net(net)} | " + " | ".join(
+                    f"{_mean_sd(v)} ({len(v)})" if v else "–" for v in values) + " |")
+    successors = [r for r in rows if r["method"] != "ebp"]
+    text = [f"Test error (%), mean ± SD over seeds (how many), of the deployed ±1 net (EBP: EBP-D) and of the "
+            f"predictives. {len(successors)} of the {expected_runs} successor runs (3 methods × 2 nets × 2 data sets "
+            f"× seeds 0-2) have finished. Generated by notebooks/successors.ipynb from outputs/successors/tuned/ and "
+            f"outputs/runs/paper*/.", "\n".join(lines)]
+    for dataset in EBP_PROFILES:
+        found = differences(rows, dataset)
+        judged = [line for line in found if not line.endswith(NOT_CONCLUSIVE)]
+        if judged:
+            text.append(f"Against EBP on {dataset} (the same 10,000 test images):\n\n" + "\n".join(judged))
+        if len(judged) < len(found):
+            text.append(f"On {dataset}, {len(found) - len(judged)} of the {len(found)} comparisons with EBP rest on "
+                        f"one seed: not conclusive yet.")
+    text.append("The successors were tuned on a validation split of the training set (grid, halving schedule, early "
+                "stopping; notebooks/successors.ipynb); EBP ran untuned at the paper's protocol, which has nothing "
+                "to tune.")
+    return "\n\n".join(text)
+
+
+def _seconds_to_best(row: dict) -> float:
+    """Core-seconds to the best epoch where the record has them, else (EBP, older records) wall seconds."""
+    return row["s_to_best"] if row["cpu_s_to_best"] is None else row["cpu_s_to_best"]
+
+
+def error_time_figure(rows: list[dict], datasets=("mnist", "fashion-mnist")):
+    """Deployed net's test error against training seconds to the best epoch (_seconds_to_best): one point per run
+    (seeds shown as separate points), colour per method, marker per net (o: 800, s: [800, 800])."""
+    from matplotlib import ticker
+
+    from ebp_analysis import subplots
+
+    fig, axes = subplots(1, len(datasets), height=3.4, squeeze=False, layout="constrained")
     for ax, dataset in zip(axes[0], datasets):
-        for method, colour in COLOURS.items():
+        for method in METHODS:
             for net, marker in zip(NETS, "os"):
                 group = [r for r in rows if r["method"] == method and r["net"] == net and r["dataset"] == dataset]
                 if group:
-                    ax.scatter([r["s_to_best"] for r in group], [r["deployed"] for r in group], c=colour,
-                               marker=marker, alpha=0.8, label=f"{'B-EBP-D' if method == 'ebp' else METHOD_LABELS[method]}"
-                                                                f" [{net.replace('-', ', ')}]")
-        ax.set(xscale="log", xlabel="training seconds to the best epoch (log)", ylabel="test error of the ±1 net (%)",
-               title=dataset)
+                    ax.scatter([_seconds_to_best(r) for r in group], [r["deployed"] for r in group],
+                               c=COLOURS[method], marker=marker, alpha=0.8,
+                               label=f"{'EBP-D' if method == 'ebp' else METHOD_LABELS[method]} {_net(net)}")
+        ax.set(xscale="log", yscale="log", xlabel="training seconds to the best epoch",
+               ylabel="test error of the ±1 net (%)", title=dataset)
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers; no labels on minor ticks (they overlap within a decade)
+            axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+            axis.set_minor_formatter(ticker.NullFormatter())
+        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1, 1.5, 2, 3, 5, 7)))
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncols=4, fontsize=8)
     return fig
 
 
@@ -154,4 +294,4 @@ def calibration_plot(ax, rows: list[dict], dataset: str) -> None:
         ax.plot(*zip(*pts), marker="o", color=COLOURS[method], label=METHOD_LABELS[method])
     ax.set(xlabel="confidence (top class)", ylabel="accuracy", title=f"calibration, {dataset}", xlim=(0, 1),
            ylim=(0, 1))
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")

@@ -1,0 +1,80 @@
+"""The comparison of EBP with its successors (reproduction.successors_report): the rows read from the records, the
+Welch interval of a difference between methods, and the statements the README quotes."""
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+from scipy import stats
+
+from reproduction import successors_report as report
+from reproduction.results import load_results
+
+ROOT = report.sc.OUTPUT_DIR
+
+
+def row(method, net="800", seed=0, deployed=2.0, predictive=None, dataset="mnist"):
+    return {"method": method, "dataset": dataset, "net": net, "seed": seed, "deployed": deployed,
+            "predictive": predictive}
+
+
+def test_welch_difference_is_scipys_welch_interval():
+    a, b = [1.0, 2.0, 3.0], [4.0, 6.0]
+    d, h, df = report.welch_difference(a, b)
+    reference = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert d == pytest.approx(-3.0)
+    assert df == pytest.approx(32 / 19)
+    assert (d - h, d + h) == pytest.approx((reference.low, reference.high), rel=1e-12)
+    assert report.welch_difference([1.0], b) is None
+
+
+def test_welch_interval_covers_the_true_difference_95_percent_of_the_time_with_three_seeds_each():
+    """3 runs against 3, unequal spreads (as two methods' seeds are): the interval holds the true difference in
+    95% ± 1.5% of 6,000 synthetic comparisons."""
+    rng = random.Random(0)
+    trials, covered = 6000, 0
+    for _ in range(trials):
+        a = [rng.gauss(2.0, 0.05) for _ in range(3)]
+        b = [rng.gauss(2.5, 0.15) for _ in range(3)]
+        d, h, _ = report.welch_difference(a, b)
+        covered += abs(d - (-0.5)) <= h
+    assert abs(covered / trials - 0.95) < 0.015
+
+
+def test_differences_say_one_seed_is_not_conclusive_and_judge_three_seeds():
+    rows = [row("ebp", seed=s, deployed=3.0 + 0.05 * s, predictive=2.6 + 0.05 * s) for s in range(3)]
+    rows += [row("ste", seed=0, deployed=2.4)]
+    rows += [row("bop", seed=s, deployed=2.0 + 0.05 * s) for s in range(3)]
+    rows += [row("bayesbinn", seed=s, deployed=2.9 + 0.1 * s, predictive=1.9 + 0.05 * s) for s in range(3)]
+    lines = report.differences(rows, "mnist")
+    ste, bop, bayes, bayes_predictive = lines
+    assert "STE / BinaryConnect − EBP-D: -0.65 points (1 seed against 3): not conclusive" in ste
+    assert bop.startswith("- [800], Bop − EBP-D: -1.00 ± ") and bop.endswith("lower error than EBP")
+    assert bayes.endswith("not separable from EBP")
+    assert "BayesBiNN predictive − EBP-P: -0.70" in bayes_predictive and "lower error" in bayes_predictive
+    assert report.differences(rows, "fashion-mnist") == []
+
+
+def test_summary_counts_the_runs_and_shows_each_cell_with_its_seeds():
+    rows = [row("ebp", seed=s, deployed=3.0, predictive=2.6) for s in range(3)] + [row("bop", deployed=2.5)]
+    text = report.summary(rows, expected_runs=36)
+    assert "1 of the 36 successor runs" in text
+    assert "| mnist | [800] | 3.00 ± 0.00 (3) | 2.60 ± 0.00 (3) | – | 2.50 (1) | – | – |" in text
+    assert "fashion-mnist |" not in text
+    assert "On mnist, 1 of the 1 comparisons with EBP rest on one seed: not conclusive yet." in text
+
+
+def test_rows_read_the_committed_records():
+    """The committed smoke records give one row per run, their packed nets agreeing with the float evaluation; the
+    committed EBP records give three seeds of each paper net on each data set."""
+    successors = report.successor_rows(report.load_successors(ROOT, "smoke"))
+    assert len(successors) == 12 and {r["mismatches"] for r in successors} == {0}
+    assert {(r["method"], r["net"], r["dataset"]) for r in successors} == {
+        (m, n, d) for m in ("ste", "bop", "bayesbinn") for n in report.NETS for d in report.EBP_PROFILES}
+    ebp = load_results(report.sc.REPO / "outputs" / "runs", committed_only=True)
+    for dataset in report.EBP_PROFILES:
+        rows = report.ebp_rows(ebp, dataset)
+        assert sorted((r["net"], r["seed"]) for r in rows) == [(n, s) for n in report.NETS for s in range(3)]
+        assert all(r["cpu_s_to_best"] is None and r["machine"] for r in rows)
+        assert statistics.fmean(r["deployed"] for r in rows) > statistics.fmean(r["predictive"] for r in rows)
