@@ -294,4 +294,4 @@ def calibration_plot(ax, rows: list[dict], dataset: str) -> None:
         ax.plot(*zip(*pts), marker="o", color=COLOURS[method], label=METHOD_LABELS[method])
     ax.set(xlabel="confidence (top class)", ylabel="accuracy", title=f"calibration, {dataset}", xlim=(0, 1),
            ylim=(0, 1))
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="lower right")

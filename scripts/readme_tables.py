@@ -1,12 +1,15 @@
-"""Copy the rendered results (written by notebooks/tables.ipynb) into README.md and docs/maths.md, between markers.
+"""Copy the rendered results (written by notebooks/tables.ipynb and successors.ipynb) into README.md and
+docs/maths.md, between markers.
 
     python scripts/readme_tables.py            # rewrite every block from its rendered file
     python scripts/readme_tables.py --check    # exit 1 if a block differs from its rendered file
 
-Two blocks. `summary` in README.md: how many cells of each table agree with the paper, and the paper's findings
+Three blocks. `summary` in README.md: how many cells of each table agree with the paper, and the paper's findings
 judged on its numbers and ours (outputs/runs/paper/summary.md); the full tables stay in
-outputs/runs/paper/tables.md. `authors-code` in docs/maths.md: what the authors' codes change, per row, paired with
-the spec's runs (outputs/runs/paper/authors_code.md). No document carries hand-typed results:
+outputs/runs/paper/tables.md. `successors` in README.md: EBP beside STE, Bop and BayesBiNN
+(outputs/successors/tuned/summary.md, written by notebooks/successors.ipynb). `authors-code` in docs/maths.md: what
+the authors' codes change, per row, paired with the spec's runs (outputs/runs/paper/authors_code.md). No document
+carries hand-typed results:
 tests/test_readme.py runs the check.
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # block name: (the document that shows it, the rendered file it shows)
 BLOCKS = {"summary": (Path("README.md"), Path("outputs/runs/paper/summary.md")),
+          "successors": (Path("README.md"), Path("outputs/successors/tuned/summary.md")),
           "authors-code": (Path("docs/maths.md"), Path("outputs/runs/paper/authors_code.md"))}
 
 
