@@ -170,17 +170,16 @@ def plot_width(ax, ebp_results: list[dict], bp_results: list[dict], dataset: str
 
 def width_figure(ebp_results: list[dict], bp_results: list[dict], y_max: dict | None = None):
     """One panel per dataset (plot_width), one legend below both; y_max cuts a panel's axis (dataset -> %)."""
-    import matplotlib.pyplot as plt
+    from ebp_analysis import subplots
 
-    fig, axes = plt.subplots(1, len(DATASETS), figsize=(11, 4.8))
+    fig, axes = subplots(1, len(DATASETS), height=5.2, layout="constrained")
     handles = {}
     for ax, dataset in zip(axes, DATASETS):
         plot_width(ax, ebp_results, bp_results, dataset)
         top = (y_max or {}).get(dataset)
         ax.set_ylim(0, top if top is not None else max(1.0, 1.2 * ax.dataLim.ymax))
         handles.update(zip(*reversed(ax.get_legend_handles_labels())))
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     return fig
 
 

@@ -22,7 +22,7 @@ def _log_error_axis(ax) -> None:
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
 
 
-def label_points(ax, points: list[tuple[float, float, str]], fontsize: float = 7, color: str = "black") -> None:
+def label_points(ax, points: list[tuple[float, float, str]], fontsize: float = 8, color: str = "black") -> None:
     """Write each (x, y, text) just right of its point; a label that would overprint one already written (points
     in a cluster) or leave the axes moves to the nearest free line below or above, with a thin line back to its
     point. Call it once the axes' limits and the figure's layout are final: the overlap is judged on the drawn
@@ -51,9 +51,10 @@ def label_points(ax, points: list[tuple[float, float, str]], fontsize: float = 7
         placed.append(text_box(label))
 
 
-def plot_learning_curves(ax, rows: list[dict], cells: dict, table: int, weights: str) -> None:
+def plot_learning_curves(ax, rows: list[dict], cells: dict, table: int, weights: str, legend: bool = True) -> None:
     """Test error (%) of EBP-P (solid) and EBP-D (dashed) against epoch, one colour per column of `table`: the
-    first pooled seed of each cell (the title says which profile)."""
+    first pooled seed of each cell (the title says which profile). legend=False leaves out the legend of the
+    colours, for a panel beside another of the same table that has one."""
     runs = list(dict.fromkeys((r["column"], cell_key(r)) for r in rows
                               if r["table"] == table and r["weights"] == weights and r["output"] == "ebp_p"))
     profiles = set()
@@ -72,7 +73,8 @@ def plot_learning_curves(ax, rows: list[dict], cells: dict, table: int, weights:
     ax.xaxis.get_major_locator().set_params(integer=True)
     if profiles:
         _log_error_axis(ax)
-        ax.legend(fontsize=10, ncol=2)
+        if legend:
+            ax.legend(fontsize=8, ncol=2)
     else:
         ax.text(0.5, 0.5, "not yet run", ha="center", va="center", transform=ax.transAxes, color="grey")
 
