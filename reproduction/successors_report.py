@@ -2,9 +2,10 @@
 the figure of error against training time, the calibration plot (notebooks/successors.ipynb).
 
 Successor runs: outputs/successors/<profile>/<dataset>/<method>-<arch>[-seed<N>]/result.json (reproduction.successors).
-EBP: the committed records of the paper's protocol, outputs/runs/paper (MNIST) and paper-fashion-mnist, binary
-weights at 800 and [800, 800] without dropout, seeds 0-2; EBP keeps its own protocol (120 epochs on all 60,000
-images, no tuning), so its "time to best" is its training time and its deployable net is EBP-D.
+EBP: the committed records of the paper's protocols, outputs/runs/paper (MNIST) and paper-fashion-mnist, binary
+weights at 800 and [800, 800], without dropout (Table 2) and with the paper's sampled dropout (Table 3); EBP keeps
+its own protocol (120 epochs on all 60,000 images, no tuning), so its "time to best" is its training time and its
+deployable net is EBP-D.
 """
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ from reproduction import successors as sc
 
 EBP_PROFILES = {"mnist": "paper", "fashion-mnist": "paper-fashion-mnist"}
 NETS = ("800", "800-800")
-METHOD_LABELS = {"ste": "STE / BinaryConnect", "bop": "Bop", "bayesbinn": "BayesBiNN", "ebp": "EBP (B-EBP-D / -P)"}
-METHODS = ("ebp", "ste", "bop", "bayesbinn")
-COLOURS = {"ste": "tab:blue", "bop": "tab:orange", "bayesbinn": "tab:green", "ebp": "black"}
+METHOD_LABELS = {"ste": "STE / BinaryConnect", "bop": "Bop", "bayesbinn": "BayesBiNN", "ebp": "EBP (B-EBP-D / -P)",
+                 "ebp-dropout": "EBP, dropout 0.8 (B-EBP-D / -P)"}
+EBP_METHODS = ("ebp", "ebp-dropout")  # the paper's Table 2 protocol, and Table 3's (sampled masks): EBP's best on two layers
+SUCCESSORS = ("ste", "bop", "bayesbinn")
+METHODS = EBP_METHODS + SUCCESSORS
+COLOURS = {"ste": "tab:blue", "bop": "tab:orange", "bayesbinn": "tab:green", "ebp": "black", "ebp-dropout": "grey"}
 
 
 def load_successors(root, profile: str) -> list[dict]:
@@ -79,18 +83,20 @@ def successor_rows(results: list[dict]) -> list[dict]:
 
 
 def ebp_rows(ebp_results, dataset: str) -> list[dict]:
-    """One row per EBP run of the paper's protocol on `dataset`: binary weights, no dropout, the paper's nets, the
-    spec's update (the authors' update variants are other algorithms). Its records time the wall clock only (one
-    thread per run, two runs on two cores): `cpu_s_*` stay None."""
+    """One row per EBP run of the paper's protocol on `dataset`: binary weights, the paper's nets, the spec's update
+    (the authors' update variants are other algorithms), without dropout (method "ebp", Table 2) or with the paper's
+    sampled dropout masks ("ebp-dropout", Table 3: EBP's best deployable two-layer net). Its records time the wall
+    clock only (one thread per run, two runs on two cores): `cpu_s_*` stay None."""
     rows = []
     for r in ebp_results:
         p = r["parameters"]
         if (r["method"] != "ebp" or Path(r["run_dir"]).parts[0] != EBP_PROFILES[dataset] or p["dataset"] != dataset
-                or p["weights"] != "binary" or p["dropout"] is not None or p["architecture"] not in NETS
+                or p["weights"] != "binary" or p["dropout"] not in (None, "sampled") or p["architecture"] not in NETS
                 or p["real_update"] != DEFAULT_UPDATE or not r["finished"]):
             continue
         history, target = r["history"], sc.TARGET_ERROR[dataset]
-        rows.append({"method": "ebp", "dataset": dataset, "net": p["architecture"], "seed": p["seed"],
+        rows.append({"method": "ebp" if p["dropout"] is None else "ebp-dropout", "dataset": dataset,
+                     "net": p["architecture"], "seed": p["seed"],
                      "protocol": r["protocol"], "deployed": 100 * r["final"]["test_ebp_d"],
                      "predictive": 100 * r["final"]["test_ebp_p"], "nll": None, "ece": None, "mismatches": None,
                      "s_per_epoch": statistics.median(h["train_seconds"] for h in history),
@@ -179,31 +185,37 @@ def _errors(rows, dataset, net, method, output="deployed") -> list[float]:
 
 
 NOT_CONCLUSIVE = "not conclusive, an interval needs two seeds or more of each"
-COMPARISONS = [(m, "deployed", "deployed", "EBP-D") for m in ("ste", "bop", "bayesbinn")] + [
-    ("bayesbinn", "predictive", "predictive", "EBP-P")]
+# (successor, its output, EBP's output it is set against): deployed ±1 nets against EBP-D, BayesBiNN's predictive
+# against EBP-P; each against EBP with and without dropout.
+COMPARISONS = [(m, "deployed", "deployed") for m in SUCCESSORS] + [("bayesbinn", "predictive", "predictive")]
+EBP_OUTPUT_LABELS = {"deployed": "EBP-D", "predictive": "EBP-P"}
 
 
 def differences(rows: list[dict], dataset: str) -> list[str]:
-    """One line per successor and net with runs: its test error minus EBP's (deployed ±1 nets: against EBP-D;
-    BayesBiNN's predictive against EBP-P), means over seeds with Welch's band.LEVEL interval, and what it says."""
+    """One line per successor, net and EBP protocol with runs: the successor's test error minus EBP's (deployed ±1
+    nets against EBP-D, BayesBiNN's predictive against EBP-P), means over seeds with Welch's band.LEVEL interval,
+    and what it says."""
     lines = []
     for net in NETS:
-        for method, output, ebp_output, ebp_label in COMPARISONS:
-            ours, ebp = _errors(rows, dataset, net, method, output), _errors(rows, dataset, net, "ebp", ebp_output)
-            if not ours or not ebp:
-                continue
-            what = f"{METHOD_LABELS[method]}{' predictive' if output == 'predictive' else ''} − {ebp_label}"
-            found = welch_difference(ours, ebp)
-            if found is None:
-                lines.append(f"- {_net(net)}, {what}: {statistics.fmean(ours) - statistics.fmean(ebp):+.2f} points "
-                             f"({len(ours)} seed{'s' if len(ours) > 1 else ''} against {len(ebp)}): "
-                             + NOT_CONCLUSIVE)
-                continue
-            d, h, _ = found
-            verdict = ("lower error than EBP" if d + h < 0 else "higher error than EBP" if d - h > 0
-                       else "not separable from EBP")
-            lines.append(f"- {_net(net)}, {what}: {d:+.2f} ± {h:.2f} points ({band.LEVEL:.0%} Welch interval, "
-                         f"{len(ours)} and {len(ebp)} seeds): {verdict}")
+        for method, output, ebp_output in COMPARISONS:
+            for ebp_method in EBP_METHODS:
+                ours = _errors(rows, dataset, net, method, output)
+                ebp = _errors(rows, dataset, net, ebp_method, ebp_output)
+                if not ours or not ebp:
+                    continue
+                what = (f"{METHOD_LABELS[method]}{' predictive' if output == 'predictive' else ''} − "
+                        f"{EBP_OUTPUT_LABELS[ebp_output]}{' with dropout' if ebp_method == 'ebp-dropout' else ''}")
+                found = welch_difference(ours, ebp)
+                if found is None:
+                    lines.append(f"- {_net(net)}, {what}: {statistics.fmean(ours) - statistics.fmean(ebp):+.2f} "
+                                 f"points ({len(ours)} seed{'s' if len(ours) > 1 else ''} against {len(ebp)}): "
+                                 + NOT_CONCLUSIVE)
+                    continue
+                d, h, _ = found
+                verdict = ("lower error than EBP" if d + h < 0 else "higher error than EBP" if d - h > 0
+                           else "not separable from EBP")
+                lines.append(f"- {_net(net)}, {what}: {d:+.2f} ± {h:.2f} points ({band.LEVEL:.0%} Welch interval, "
+                             f"{len(ours)} and {len(ebp)} seeds): {verdict}")
     return lines
 
 
@@ -216,7 +228,9 @@ def summary(rows: list[dict], expected_runs: int) -> str:
         cell.setdefault((r["dataset"], r["net"], r["method"], "deployed"), []).append(r["deployed"])
         if r["predictive"] is not None:
             cell.setdefault((r["dataset"], r["net"], r["method"], "predictive"), []).append(r["predictive"])
-    columns = [("ebp", "deployed", "EBP-D"), ("ebp", "predictive", "EBP-P"), ("ste", "deployed", "STE"),
+    columns = [("ebp", "deployed", "EBP-D"), ("ebp", "predictive", "EBP-P"),
+               ("ebp-dropout", "deployed", "EBP-D, dropout"), ("ebp-dropout", "predictive", "EBP-P, dropout"),
+               ("ste", "deployed", "STE"),
                ("bop", "deployed", "Bop"), ("bayesbinn", "deployed", "BayesBiNN"),
                ("bayesbinn", "predictive", "BayesBiNN predictive")]
     lines = ["| data | net | " + " | ".join(c[2] for c in columns) + " |", "|" + "---|" * (2 + len(columns))]
@@ -226,7 +240,7 @@ def summary(rows: list[dict], expected_runs: int) -> str:
             if any(values):
                 lines.append(f"| {dataset} | {_net(net)} | " + " | ".join(
                     f"{_mean_sd(v)} ({len(v)})" if v else "–" for v in values) + " |")
-    successors = [r for r in rows if r["method"] != "ebp"]
+    successors = [r for r in rows if r["method"] in SUCCESSORS]
     text = [f"Test error (%), mean ± SD over seeds (how many), of the deployed ±1 net (EBP: EBP-D) and of the "
             f"predictives. {len(successors)} of the {expected_runs} successor runs (3 methods × 2 nets × 2 data sets "
             f"× seeds 0-2) have finished. Generated by notebooks/successors.ipynb from outputs/successors/tuned/ and "
@@ -240,9 +254,12 @@ def summary(rows: list[dict], expected_runs: int) -> str:
             text.append(f"On {dataset}, {len(found) - len(judged)} of the {len(found)} comparisons with EBP rest on "
                         f"one seed: not conclusive yet.")
     text.append("The successors were tuned on a validation split of the training set (grid, halving schedule, early "
-                "stopping; notebooks/successors.ipynb); EBP ran untuned at the paper's protocol, which has nothing "
-                "to tune.")
+                "stopping; notebooks/successors.ipynb); EBP ran untuned at the paper's protocols (without and with "
+                "dropout), which have nothing to tune.")
     return "\n\n".join(text)
+
+
+EBP_LEGEND = {"ebp": "EBP-D", "ebp-dropout": "EBP-D, dropout"}
 
 
 def _seconds_to_best(row: dict) -> float:
@@ -265,7 +282,7 @@ def error_time_figure(rows: list[dict], datasets=("mnist", "fashion-mnist")):
                 if group:
                     ax.scatter([_seconds_to_best(r) for r in group], [r["deployed"] for r in group],
                                c=COLOURS[method], marker=marker, alpha=0.8,
-                               label=f"{'EBP-D' if method == 'ebp' else METHOD_LABELS[method]} {_net(net)}")
+                               label=f"{EBP_LEGEND.get(method) or METHOD_LABELS[method]} {_net(net)}")
         ax.set(xscale="log", yscale="log", xlabel="training seconds to the best epoch",
                ylabel="test error of the ±1 net (%)", title=dataset)
         for axis in (ax.xaxis, ax.yaxis):  # plain numbers; no labels on minor ticks (they overlap within a decade)
@@ -281,7 +298,7 @@ def calibration_plot(ax, rows: list[dict], dataset: str) -> None:
     """Reliability diagram per method on `ax` (probabilistic output: BayesBiNN's predictive, the others' softmax),
     the runs' bins pooled by count."""
     ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--")
-    for method in ("ste", "bop", "bayesbinn"):
+    for method in SUCCESSORS:
         group = [r["reliability"] for r in rows if r["method"] == method and r["dataset"] == dataset]
         if not group:
             continue

@@ -49,6 +49,10 @@ def test_differences_say_one_seed_is_not_conclusive_and_judge_three_seeds():
     rows += [row("bayesbinn", seed=s, deployed=2.9 + 0.1 * s, predictive=1.9 + 0.05 * s) for s in range(3)]
     lines = report.differences(rows, "mnist")
     ste, bop, bayes, bayes_predictive = lines
+    rows += [row("ebp-dropout", seed=s, deployed=2.2 + 0.05 * s, predictive=2.0 + 0.05 * s) for s in range(3)]
+    with_dropout = report.differences(rows, "mnist")
+    assert with_dropout[0::2] == lines and len(with_dropout) == 8
+    assert with_dropout[3].startswith("- [800], Bop − EBP-D with dropout: -0.20 ± ")
     assert "STE / BinaryConnect − EBP-D: -0.65 points (1 seed against 3): not conclusive" in ste
     assert bop.startswith("- [800], Bop − EBP-D: -1.00 ± ") and bop.endswith("lower error than EBP")
     assert bayes.endswith("not separable from EBP")
@@ -58,11 +62,13 @@ def test_differences_say_one_seed_is_not_conclusive_and_judge_three_seeds():
 
 def test_summary_counts_the_runs_and_shows_each_cell_with_its_seeds():
     rows = [row("ebp", seed=s, deployed=3.0, predictive=2.6) for s in range(3)] + [row("bop", deployed=2.5)]
+    rows += [row("ebp-dropout", deployed=2.8, predictive=2.4)]
     text = report.summary(rows, expected_runs=36)
     assert "1 of the 36 successor runs" in text
-    assert "| mnist | [800] | 3.00 ± 0.00 (3) | 2.60 ± 0.00 (3) | – | 2.50 (1) | – | – |" in text
+    assert ("| mnist | [800] | 3.00 ± 0.00 (3) | 2.60 ± 0.00 (3) | 2.80 (1) | 2.40 (1) | – | 2.50 (1) | – | – |"
+            in text)
     assert "fashion-mnist |" not in text
-    assert "On mnist, 1 of the 1 comparisons with EBP rest on one seed: not conclusive yet." in text
+    assert "On mnist, 2 of the 2 comparisons with EBP rest on one seed: not conclusive yet." in text
 
 
 def test_rows_read_the_committed_records():
@@ -75,6 +81,8 @@ def test_rows_read_the_committed_records():
     ebp = load_results(report.sc.REPO / "outputs" / "runs", committed_only=True)
     for dataset in report.EBP_PROFILES:
         rows = report.ebp_rows(ebp, dataset)
-        assert sorted((r["net"], r["seed"]) for r in rows) == [(n, s) for n in report.NETS for s in range(3)]
+        plain = [r for r in rows if r["method"] == "ebp"]
+        assert sorted((r["net"], r["seed"]) for r in plain) == [(n, s) for n in report.NETS for s in range(3)]
+        assert {r["net"] for r in rows if r["method"] == "ebp-dropout"} == set(report.NETS)
         assert all(r["cpu_s_to_best"] is None and r["machine"] for r in rows)
-        assert statistics.fmean(r["deployed"] for r in rows) > statistics.fmean(r["predictive"] for r in rows)
+        assert statistics.fmean(r["deployed"] for r in plain) > statistics.fmean(r["predictive"] for r in plain)
