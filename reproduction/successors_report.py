@@ -185,10 +185,21 @@ def _errors(rows, dataset, net, method, output="deployed") -> list[float]:
 
 
 NOT_CONCLUSIVE = "not conclusive, an interval needs two seeds or more of each"
-# (successor, its output, EBP's output it is set against): deployed ±1 nets against EBP-D, BayesBiNN's predictive
-# against EBP-P; each against EBP with and without dropout.
-COMPARISONS = [(m, "deployed", "deployed") for m in SUCCESSORS] + [("bayesbinn", "predictive", "predictive")]
+# (successor, the output compared): deployed ±1 nets against EBP-D, BayesBiNN's predictive against EBP-P; each
+# against EBP with and without dropout.
+COMPARISONS = [(m, "deployed") for m in SUCCESSORS] + [("bayesbinn", "predictive")]
 EBP_OUTPUT_LABELS = {"deployed": "EBP-D", "predictive": "EBP-P"}
+
+
+def _compare(rows: list[dict], dataset: str, net: str, method: str, output: str, ebp_method: str):
+    """(the successor's errors, EBP's, welch_difference of the two or None) for one comparison of COMPARISONS."""
+    ours = _errors(rows, dataset, net, method, output)
+    ebp = _errors(rows, dataset, net, ebp_method, output)
+    return ours, ebp, welch_difference(ours, ebp)
+
+
+def _verdict(d: float, h: float) -> str:
+    return "lower error than EBP" if d + h < 0 else "higher error than EBP" if d - h > 0 else "not separable from EBP"
 
 
 def differences(rows: list[dict], dataset: str) -> list[str]:
@@ -197,32 +208,52 @@ def differences(rows: list[dict], dataset: str) -> list[str]:
     and what it says."""
     lines = []
     for net in NETS:
-        for method, output, ebp_output in COMPARISONS:
+        for method, output in COMPARISONS:
             for ebp_method in EBP_METHODS:
-                ours = _errors(rows, dataset, net, method, output)
-                ebp = _errors(rows, dataset, net, ebp_method, ebp_output)
+                ours, ebp, found = _compare(rows, dataset, net, method, output, ebp_method)
                 if not ours or not ebp:
                     continue
                 what = (f"{METHOD_LABELS[method]}{' predictive' if output == 'predictive' else ''} − "
-                        f"{EBP_OUTPUT_LABELS[ebp_output]}{' with dropout' if ebp_method == 'ebp-dropout' else ''}")
-                found = welch_difference(ours, ebp)
+                        f"{EBP_OUTPUT_LABELS[output]}{' with dropout' if ebp_method == 'ebp-dropout' else ''}")
                 if found is None:
                     lines.append(f"- {_net(net)}, {what}: {statistics.fmean(ours) - statistics.fmean(ebp):+.2f} "
                                  f"points ({len(ours)} seed{'s' if len(ours) > 1 else ''} against {len(ebp)}): "
                                  + NOT_CONCLUSIVE)
                     continue
                 d, h, _ = found
-                verdict = ("lower error than EBP" if d + h < 0 else "higher error than EBP" if d - h > 0
-                           else "not separable from EBP")
                 lines.append(f"- {_net(net)}, {what}: {d:+.2f} ± {h:.2f} points ({band.LEVEL:.0%} Welch interval, "
-                             f"{len(ours)} and {len(ebp)} seeds): {verdict}")
+                             f"{len(ours)} and {len(ebp)} seeds): {_verdict(d, h)}")
     return lines
+
+
+def difference_table(rows: list[dict]) -> tuple[str, int, int]:
+    """Markdown: successor − EBP in points, Welch's band.LEVEL interval, one row per data set, net and EBP protocol
+    where a comparison has two seeds or more on both sides (bold: the interval excludes 0; n.c.: not conclusive,
+    fewer seeds); with how many comparisons were judged and how many there are."""
+    head = "| data | net | against EBP | " + " | ".join(
+        f"{METHOD_LABELS[m]}{' predictive' if o == 'predictive' else ''}" for m, o in COMPARISONS) + " |"
+    lines, judged, total = [head, "|" + "---|" * (3 + len(COMPARISONS))], 0, 0
+    for dataset in EBP_PROFILES:
+        for net in NETS:
+            for ebp_method in EBP_METHODS:
+                cells = []
+                for method, output in COMPARISONS:
+                    ours, ebp, found = _compare(rows, dataset, net, method, output, ebp_method)
+                    total += bool(ours and ebp)
+                    judged += found is not None
+                    d, h, _ = found or (0, 0, 0)
+                    text = f"{d:+.2f} ± {h:.2f}"
+                    cells.append("n.c." if found is None else f"**{text}**" if abs(d) > h else text)
+                if any(c != "n.c." for c in cells):
+                    protocol = "with dropout" if ebp_method == "ebp-dropout" else "without dropout"
+                    lines.append(f"| {dataset} | {_net(net)} | {protocol} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), judged, total
 
 
 def summary(rows: list[dict], expected_runs: int) -> str:
     """Markdown for README.md (scripts/readme_tables.py copies it there): per data set and net, the deployed ±1 net's
-    test error of every method and the predictive of EBP and BayesBiNN (mean ± SD (seeds)), then the differences
-    with EBP, the runs finished of `expected_runs`, and the protocols in one sentence."""
+    test error of every method and the predictive of EBP and BayesBiNN (mean ± SD (seeds)), the differences with EBP
+    that have seeds enough (difference_table), the runs finished of `expected_runs`, the protocols in one sentence."""
     cell = {}
     for r in rows:
         cell.setdefault((r["dataset"], r["net"], r["method"], "deployed"), []).append(r["deployed"])
@@ -230,8 +261,7 @@ def summary(rows: list[dict], expected_runs: int) -> str:
             cell.setdefault((r["dataset"], r["net"], r["method"], "predictive"), []).append(r["predictive"])
     columns = [("ebp", "deployed", "EBP-D"), ("ebp", "predictive", "EBP-P"),
                ("ebp-dropout", "deployed", "EBP-D, dropout"), ("ebp-dropout", "predictive", "EBP-P, dropout"),
-               ("ste", "deployed", "STE"),
-               ("bop", "deployed", "Bop"), ("bayesbinn", "deployed", "BayesBiNN"),
+               ("ste", "deployed", "STE"), ("bop", "deployed", "Bop"), ("bayesbinn", "deployed", "BayesBiNN"),
                ("bayesbinn", "predictive", "BayesBiNN predictive")]
     lines = ["| data | net | " + " | ".join(c[2] for c in columns) + " |", "|" + "---|" * (2 + len(columns))]
     for dataset in EBP_PROFILES:
@@ -241,21 +271,14 @@ def summary(rows: list[dict], expected_runs: int) -> str:
                 lines.append(f"| {dataset} | {_net(net)} | " + " | ".join(
                     f"{_mean_sd(v)} ({len(v)})" if v else "–" for v in values) + " |")
     successors = [r for r in rows if r["method"] in SUCCESSORS]
-    text = [f"Test error (%), mean ± SD over seeds (how many), of the deployed ±1 net (EBP: EBP-D) and of the "
-            f"predictives. {len(successors)} of the {expected_runs} successor runs (3 methods × 2 nets × 2 data sets "
-            f"× seeds 0-2) have finished. Generated by notebooks/successors.ipynb from outputs/successors/tuned/ and "
-            f"outputs/runs/paper*/.", "\n".join(lines)]
-    for dataset in EBP_PROFILES:
-        found = differences(rows, dataset)
-        judged = [line for line in found if not line.endswith(NOT_CONCLUSIVE)]
-        if judged:
-            text.append(f"Against EBP on {dataset} (the same 10,000 test images):\n\n" + "\n".join(judged))
-        if len(judged) < len(found):
-            text.append(f"On {dataset}, {len(found) - len(judged)} of the {len(found)} comparisons with EBP rest on "
-                        f"one seed: not conclusive yet.")
-    text.append("The successors were tuned on a validation split of the training set (grid, halving schedule, early "
-                "stopping; notebooks/successors.ipynb); EBP ran untuned at the paper's protocols (without and with "
-                "dropout), which have nothing to tune.")
+    text = [f"Test error (%), mean ± SD (seeds), of the deployed ±1 nets (EBP: EBP-D) and the predictives; "
+            f"{len(successors)} of the {expected_runs} successor runs finished.", "\n".join(lines)]
+    table, judged, total = difference_table(rows)
+    if judged:
+        text += [f"Successor − EBP, points, same test images ({band.LEVEL:.0%} Welch interval; **bold**: excludes 0; "
+                 f"n.c.: under two seeds):", table]
+    text.append(f"{total - judged} of the {total} comparisons rest on one seed: not conclusive yet. The successors "
+                "were tuned on a validation split; EBP ran untuned, at the paper's protocols.")
     return "\n\n".join(text)
 
 

@@ -64,11 +64,27 @@ def test_summary_counts_the_runs_and_shows_each_cell_with_its_seeds():
     rows = [row("ebp", seed=s, deployed=3.0, predictive=2.6) for s in range(3)] + [row("bop", deployed=2.5)]
     rows += [row("ebp-dropout", deployed=2.8, predictive=2.4)]
     text = report.summary(rows, expected_runs=36)
-    assert "1 of the 36 successor runs" in text
+    assert "1 of the 36 successor runs finished" in text
     assert ("| mnist | [800] | 3.00 ± 0.00 (3) | 2.60 ± 0.00 (3) | 2.80 (1) | 2.40 (1) | – | 2.50 (1) | – | – |"
             in text)
     assert "fashion-mnist |" not in text
-    assert "On mnist, 2 of the 2 comparisons with EBP rest on one seed: not conclusive yet." in text
+    assert "2 of the 2 comparisons rest on one seed: not conclusive yet." in text
+    assert "Welch interval" not in text  # no comparison has the seeds for one
+
+
+def test_difference_table_shows_judged_rows_bold_where_the_interval_excludes_zero():
+    rows = [row("ebp", seed=s, deployed=3.0 + 0.05 * s, predictive=2.6 + 0.05 * s) for s in range(3)]
+    rows += [row("bop", seed=s, deployed=2.0 + 0.05 * s) for s in range(3)]
+    rows += [row("bayesbinn", seed=s, deployed=2.9 + 0.1 * s, predictive=2.5 + 0.1 * s) for s in range(3)]
+    rows += [row("ste", deployed=2.4), row("ebp-dropout", deployed=2.8, predictive=2.4)]
+    table, judged, total = report.difference_table(rows)
+    bop = report.welch_difference([2.0, 2.05, 2.1], [3.0, 3.05, 3.1])
+    assert (judged, total) == (3, 8)
+    assert table.splitlines()[2] == (f"| mnist | [800] | without dropout | n.c. | **{bop[0]:+.2f} ± {bop[1]:.2f}** | "
+                                     f"-0.05 ± {report.welch_difference([2.9, 3.0, 3.1], [3.0, 3.05, 3.1])[1]:.2f} | "
+                                     f"-0.05 ± {report.welch_difference([2.5, 2.6, 2.7], [2.6, 2.65, 2.7])[1]:.2f} |")
+    assert len(table.splitlines()) == 3  # the dropout row has no comparison with seeds enough
+    assert "**bold**: excludes 0" in report.summary(rows, expected_runs=36)
 
 
 def test_rows_read_the_committed_records():
