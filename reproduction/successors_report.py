@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from pathlib import Path
 
 from scipy import stats
@@ -198,8 +199,14 @@ def _compare(rows: list[dict], dataset: str, net: str, method: str, output: str,
     return ours, ebp, welch_difference(ours, ebp)
 
 
+def _side(d: float, h: float) -> str:
+    """Where the interval d ± h lies: "lower" (below 0: the successor errs less), "higher", or "not separable"."""
+    return "lower" if d + h < 0 else "higher" if d - h > 0 else "not separable"
+
+
 def _verdict(d: float, h: float) -> str:
-    return "lower error than EBP" if d + h < 0 else "higher error than EBP" if d - h > 0 else "not separable from EBP"
+    side = _side(d, h)
+    return "not separable from EBP" if side == "not separable" else f"{side} error than EBP"
 
 
 def differences(rows: list[dict], dataset: str) -> list[str]:
@@ -253,7 +260,8 @@ def difference_table(rows: list[dict]) -> tuple[str, int, int]:
 def summary(rows: list[dict], expected_runs: int) -> str:
     """Markdown for README.md (scripts/readme_tables.py copies it there): per data set and net, the deployed ±1 net's
     test error of every method and the predictive of EBP and BayesBiNN (mean ± SD (seeds)), the differences with EBP
-    that have seeds enough (difference_table), the runs finished of `expected_runs`, the protocols in one sentence."""
+    that have seeds enough (difference_table) and their tally, the runs finished of `expected_runs`, the protocols in
+    one sentence."""
     cell = {}
     for r in rows:
         cell.setdefault((r["dataset"], r["net"], r["method"], "deployed"), []).append(r["deployed"])
@@ -277,9 +285,29 @@ def summary(rows: list[dict], expected_runs: int) -> str:
     if judged:
         text += [f"Successor − EBP, points, same test images ({band.LEVEL:.0%} Welch interval; **bold**: excludes 0; "
                  f"n.c.: under two seeds):", table]
-    text.append(f"{total - judged} of the {total} comparisons rest on one seed: not conclusive yet. The successors "
-                "were tuned on a validation split; EBP ran untuned, at the paper's protocols.")
+    if judged:
+        text.append(tally(rows))
+    waiting = f"{total - judged} of the {total} comparisons rest on one seed: not conclusive yet. " if judged < total else ""
+    text.append(waiting + "The successors were tuned on a validation split; EBP ran untuned, at the paper's protocols.")
     return "\n\n".join(text)
+
+
+def tally(rows: list[dict]) -> str:
+    """One sentence: of the comparisons with two seeds or more on both sides (each data set, net and EBP protocol),
+    how many put the successor's deployed ±1 net below EBP-D, above it, or do not separate them; the same for
+    BayesBiNN's predictive against EBP-P."""
+    counts = {output: Counter() for output in EBP_OUTPUT_LABELS}
+    for dataset in EBP_PROFILES:
+        for net in NETS:
+            for ebp_method in EBP_METHODS:
+                for method, output in COMPARISONS:
+                    found = _compare(rows, dataset, net, method, output, ebp_method)[2]
+                    if found is not None:
+                        counts[output][_side(*found[:2])] += 1
+    subjects = {"deployed": "the successors' ±1 nets", "predictive": "BayesBiNN's predictive"}
+    parts = [f"{subjects[o]}: lower error than {EBP_OUTPUT_LABELS[o]} in {c['lower']} of {c.total()}, higher in "
+             f"{c['higher']}, not separable in {c['not separable']}" for o, c in counts.items() if c]
+    return f"Where both sides have two seeds or more ({band.LEVEL:.0%} Welch), " + "; ".join(parts) + "."
 
 
 EBP_LEGEND = {"ebp": "EBP-D", "ebp-dropout": "EBP-D, dropout"}

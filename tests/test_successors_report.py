@@ -87,6 +87,23 @@ def test_difference_table_shows_judged_rows_bold_where_the_interval_excludes_zer
     assert "**bold**: excludes 0" in report.summary(rows, expected_runs=36)
 
 
+def test_tally_counts_each_judged_comparison_by_where_its_interval_lies():
+    rows = [row("ebp", seed=s, deployed=3.0 + 0.05 * s, predictive=2.6 + 0.05 * s) for s in range(3)]
+    rows += [row("bop", seed=s, deployed=2.0 + 0.05 * s) for s in range(3)]  # below EBP-D
+    rows += [row("ste", seed=s, deployed=4.0 + 0.05 * s) for s in range(3)]  # above
+    # BayesBiNN's ±1 net below EBP-D, its predictive not separable from EBP-P
+    rows += [row("bayesbinn", seed=s, deployed=2.5 + 0.1 * s, predictive=2.5 + 0.1 * s) for s in range(3)]
+    rows += [row("ste", net="800-800", deployed=2.4), row("ebp", net="800-800", deployed=2.8, predictive=2.4)]
+    assert report.tally(rows) == (
+        "Where both sides have two seeds or more (95% Welch), the successors' ±1 nets: lower error than EBP-D in 2 "
+        "of 3, higher in 1, not separable in 0; BayesBiNN's predictive: lower error than EBP-P in 0 of 1, higher in "
+        "0, not separable in 1.")
+    text = report.summary(rows, expected_runs=36)
+    assert report.tally(rows) in text and "1 of the 5 comparisons rest on one seed" in text
+    complete = report.summary(rows[:-2], expected_runs=36)
+    assert "rest on one seed" not in complete and complete.endswith("EBP ran untuned, at the paper's protocols.")
+
+
 def test_rows_read_the_committed_records():
     """The committed smoke records give one row per run, their packed nets agreeing with the float evaluation; the
     committed EBP records give three seeds of each paper net on each data set."""
