@@ -26,6 +26,7 @@ METHOD_LABELS = {"ste": "STE / BinaryConnect", "bop": "Bop", "bayesbinn": "Bayes
                  "ebp-dropout": "EBP, dropout 0.8 (B-EBP-D / -P)"}
 EBP_METHODS = ("ebp", "ebp-dropout")  # the paper's Table 2 protocol, and Table 3's (sampled masks): EBP's best on two layers
 SUCCESSORS = ("ste", "bop", "bayesbinn")
+PROTOCOL_SEEDS = 3  # seeds 0, 1, 2 of every method, net and data set
 METHODS = EBP_METHODS + SUCCESSORS
 COLOURS = {"ste": "tab:blue", "bop": "tab:orange", "bayesbinn": "tab:green", "ebp": "black", "ebp-dropout": "grey"}
 
@@ -237,7 +238,7 @@ def difference_table(rows: list[dict]) -> tuple[str, int, int]:
     """Markdown: successor − EBP in points, Welch's band.LEVEL interval, one row per data set, net and EBP protocol
     where a comparison has two seeds or more on both sides (bold: the interval excludes 0; n.c.: not conclusive,
     fewer seeds); with how many comparisons were judged and how many there are."""
-    head = "| data | net | against EBP | " + " | ".join(
+    head = "| data | net | EBP | " + " | ".join(
         f"{METHOD_LABELS[m]}{' predictive' if o == 'predictive' else ''}" for m, o in COMPARISONS) + " |"
     lines, judged, total = [head, "|" + "---|" * (3 + len(COMPARISONS))], 0, 0
     for dataset in EBP_PROFILES:
@@ -252,7 +253,7 @@ def difference_table(rows: list[dict]) -> tuple[str, int, int]:
                     text = f"{d:+.2f} ± {h:.2f}"
                     cells.append("n.c." if found is None else f"**{text}**" if abs(d) > h else text)
                 if any(c != "n.c." for c in cells):
-                    protocol = "with dropout" if ebp_method == "ebp-dropout" else "without dropout"
+                    protocol = "dropout" if ebp_method == "ebp-dropout" else "no dropout"
                     lines.append(f"| {dataset} | {_net(net)} | {protocol} | " + " | ".join(cells) + " |")
     return "\n".join(lines), judged, total
 
@@ -277,10 +278,12 @@ def summary(rows: list[dict], expected_runs: int) -> str:
             values = [cell.get((dataset, net, m, o), []) for m, o, _ in columns]
             if any(values):
                 lines.append(f"| {dataset} | {_net(net)} | " + " | ".join(
-                    f"{_mean_sd(v)} ({len(v)})" if v else "–" for v in values) + " |")
+                    "–" if not v else _mean_sd(v) + ("" if len(v) == PROTOCOL_SEEDS else f" ({len(v)})")
+                    for v in values) + " |")
     successors = [r for r in rows if r["method"] in SUCCESSORS]
-    text = [f"Test error (%), mean ± SD (seeds), of the deployed ±1 nets (EBP: EBP-D) and the predictives; "
-            f"{len(successors)} of the {expected_runs} successor runs finished.", "\n".join(lines)]
+    text = [f"Test error (%), mean ± SD over {PROTOCOL_SEEDS} seeds (other counts in brackets), of the deployed ±1 "
+            f"nets (EBP: EBP-D) and the predictives; {len(successors)} of the {expected_runs} successor runs finished.",
+            "\n".join(lines)]
     table, judged, total = difference_table(rows)
     if judged:
         text += [f"Successor − EBP, points, same test images ({band.LEVEL:.0%} Welch interval; **bold**: excludes 0; "
@@ -304,10 +307,10 @@ def tally(rows: list[dict]) -> str:
                     found = _compare(rows, dataset, net, method, output, ebp_method)[2]
                     if found is not None:
                         counts[output][_side(*found[:2])] += 1
-    subjects = {"deployed": "the successors' ±1 nets", "predictive": "BayesBiNN's predictive"}
-    parts = [f"{subjects[o]}: lower error than {EBP_OUTPUT_LABELS[o]} in {c['lower']} of {c.total()}, higher in "
-             f"{c['higher']}, not separable in {c['not separable']}" for o, c in counts.items() if c]
-    return f"Where both sides have two seeds or more ({band.LEVEL:.0%} Welch), " + "; ".join(parts) + "."
+    subjects = {"deployed": "±1 nets", "predictive": "BayesBiNN's predictive"}
+    parts = [f"{subjects[o]} against {EBP_OUTPUT_LABELS[o]} {c['lower']}/{c['higher']}/{c['not separable']} of "
+             f"{c.total()}" for o, c in counts.items() if c]
+    return "Two seeds or more a side, successor's error lower/higher/not separable: " + ", ".join(parts) + "."
 
 
 EBP_LEGEND = {"ebp": "EBP-D", "ebp-dropout": "EBP-D, dropout"}
