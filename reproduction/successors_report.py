@@ -260,9 +260,9 @@ def difference_table(rows: list[dict]) -> tuple[str, int, int]:
 
 def summary(rows: list[dict], expected_runs: int) -> str:
     """Markdown for README.md (scripts/readme_tables.py copies it there): per data set and net, the deployed ±1 net's
-    test error of every method and the predictive of EBP and BayesBiNN (mean ± SD (seeds)), the differences with EBP
-    that have seeds enough (difference_table) and their tally, the runs finished of `expected_runs`, the protocols in
-    one sentence."""
+    test error of every method and the predictive of EBP and BayesBiNN (mean ± SD, the seed count where it is not
+    PROTOCOL_SEEDS), the differences with EBP that have seeds enough (difference_table) and their tally, the runs
+    finished of `expected_runs`, the protocols in one sentence."""
     cell = {}
     for r in rows:
         cell.setdefault((r["dataset"], r["net"], r["method"], "deployed"), []).append(r["deployed"])
@@ -287,9 +287,7 @@ def summary(rows: list[dict], expected_runs: int) -> str:
     table, judged, total = difference_table(rows)
     if judged:
         text += [f"Successor − EBP, points, same test images ({band.LEVEL:.0%} Welch interval; **bold**: excludes 0; "
-                 f"n.c.: under two seeds):", table]
-    if judged:
-        text.append(tally(rows))
+                 f"n.c.: under two seeds):", table, tally(rows)]
     waiting = f"{total - judged} of the {total} comparisons rest on one seed: not conclusive yet. " if judged < total else ""
     text.append(waiting + "The successors were tuned on a validation split; EBP ran untuned, at the paper's protocols.")
     return "\n\n".join(text)
