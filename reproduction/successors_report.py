@@ -19,6 +19,7 @@ from scipy import stats
 from ebp_lib import DEFAULT_UPDATE
 from reproduction import band, records
 from reproduction import successors as sc
+from reproduction.results import DATASET_NAMES
 
 EBP_PROFILES = {"mnist": "paper", "fashion-mnist": "paper-fashion-mnist"}
 NETS = ("800", "800-800")
@@ -294,21 +295,24 @@ def summary(rows: list[dict], expected_runs: int) -> str:
 
 
 def tally(rows: list[dict]) -> str:
-    """One sentence: of the comparisons with two seeds or more on both sides (each data set, net and EBP protocol),
-    how many put the successor's deployed ±1 net below EBP-D, above it, or do not separate them; the same for
-    BayesBiNN's predictive against EBP-P."""
-    counts = {output: Counter() for output in EBP_OUTPUT_LABELS}
+    """One sentence: per data set, of the comparisons with two seeds or more on both sides (each net and EBP
+    protocol), how many put the successor's deployed ±1 net below EBP-D, above it, or do not separate them; the same
+    for BayesBiNN's predictive against EBP-P. Per data set, because the verdicts differ between them."""
+    subjects = {"deployed": "±1 nets", "predictive": "BayesBiNN's predictive"}
+    per_dataset = []
     for dataset in EBP_PROFILES:
+        counts = {output: Counter() for output in EBP_OUTPUT_LABELS}
         for net in NETS:
             for ebp_method in EBP_METHODS:
                 for method, output in COMPARISONS:
                     found = _compare(rows, dataset, net, method, output, ebp_method)[2]
                     if found is not None:
                         counts[output][_side(*found[:2])] += 1
-    subjects = {"deployed": "±1 nets", "predictive": "BayesBiNN's predictive"}
-    parts = [f"{subjects[o]} against {EBP_OUTPUT_LABELS[o]} {c['lower']}/{c['higher']}/{c['not separable']} of "
-             f"{c.total()}" for o, c in counts.items() if c]
-    return "Two seeds or more a side, successor's error lower/higher/not separable: " + ", ".join(parts) + "."
+        parts = [f"{subjects[o]} against {EBP_OUTPUT_LABELS[o]} {c['lower']}/{c['higher']}/{c['not separable']} of "
+                 f"{c.total()}" for o, c in counts.items() if c]
+        if parts:
+            per_dataset.append(f"{DATASET_NAMES[dataset]}: " + ", ".join(parts))
+    return "Two seeds or more a side, successor's error lower/higher/not separable: " + "; ".join(per_dataset) + "."
 
 
 EBP_LEGEND = {"ebp": "EBP-D", "ebp-dropout": "EBP-D, dropout"}

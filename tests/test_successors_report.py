@@ -92,11 +92,15 @@ def test_tally_counts_each_judged_comparison_by_where_its_interval_lies():
     rows += [row("ste", seed=s, deployed=4.0 + 0.05 * s) for s in range(3)]  # above
     # BayesBiNN's ±1 net below EBP-D, its predictive not separable from EBP-P
     rows += [row("bayesbinn", seed=s, deployed=2.5 + 0.1 * s, predictive=2.5 + 0.1 * s) for s in range(3)]
+    # on Fashion-MNIST, counted apart: Bop's ±1 net above EBP-D
+    rows += [row(m, seed=s, deployed=d + 0.05 * s, dataset="fashion-mnist") for s in range(2)
+             for m, d in (("ebp", 12.0), ("bop", 13.0))]
     rows += [row("ste", net="800-800", deployed=2.4), row("ebp", net="800-800", deployed=2.8, predictive=2.4)]
-    assert report.tally(rows) == ("Two seeds or more a side, successor's error lower/higher/not separable: ±1 nets "
-                                  "against EBP-D 2/1/0 of 3, BayesBiNN's predictive against EBP-P 0/0/1 of 1.")
+    assert report.tally(rows) == ("Two seeds or more a side, successor's error lower/higher/not separable: MNIST: "
+                                  "±1 nets against EBP-D 2/1/0 of 3, BayesBiNN's predictive against EBP-P 0/0/1 of 1; "
+                                  "Fashion-MNIST: ±1 nets against EBP-D 0/1/0 of 1.")
     text = report.summary(rows, expected_runs=36)
-    assert report.tally(rows) in text and "1 of the 5 comparisons rest on one seed" in text
+    assert report.tally(rows) in text and "1 of the 6 comparisons rest on one seed" in text
     complete = report.summary(rows[:-2], expected_runs=36)
     assert "rest on one seed" not in complete and complete.endswith("EBP ran untuned, at the paper's protocols.")
 
