@@ -274,17 +274,19 @@ def summary(rows: list[dict], expected_runs: int) -> str:
                ("ste", "deployed", "STE"), ("bop", "deployed", "Bop"), ("bayesbinn", "deployed", "BayesBiNN"),
                ("bayesbinn", "predictive", "BayesBiNN predictive")]
     lines = ["| data | net | " + " | ".join(c[2] for c in columns) + " |", "|" + "---|" * (2 + len(columns))]
+    other_counts = False
     for dataset in EBP_PROFILES:
         for net in NETS:
             values = [cell.get((dataset, net, m, o), []) for m, o, _ in columns]
             if any(values):
+                other_counts |= any(v and len(v) != PROTOCOL_SEEDS for v in values)
                 lines.append(f"| {dataset} | {_net(net)} | " + " | ".join(
                     "–" if not v else _mean_sd(v) + ("" if len(v) == PROTOCOL_SEEDS else f" ({len(v)})")
                     for v in values) + " |")
     successors = [r for r in rows if r["method"] in SUCCESSORS]
-    text = [f"Test error (%), mean ± SD over {PROTOCOL_SEEDS} seeds (other counts in brackets), of the deployed ±1 "
-            f"nets (EBP: EBP-D) and the predictives; {len(successors)} of the {expected_runs} successor runs finished.",
-            "\n".join(lines)]
+    text = [f"Test error (%), mean ± SD over {PROTOCOL_SEEDS} seeds{' (other counts in brackets)' * other_counts}, of "
+            f"the deployed ±1 nets (EBP: EBP-D) and the predictives; {len(successors)} of the {expected_runs} "
+            "successor runs finished.", "\n".join(lines)]
     table, judged, total = difference_table(rows)
     if judged:
         text += [f"Successor − EBP, points, same test images ({band.LEVEL:.0%} Welch interval; **bold**: excludes 0; "

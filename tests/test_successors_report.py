@@ -64,7 +64,9 @@ def test_summary_counts_the_runs_and_shows_each_cell_with_its_seeds():
     rows = [row("ebp", seed=s, deployed=3.0, predictive=2.6) for s in range(3)] + [row("bop", deployed=2.5)]
     rows += [row("ebp-dropout", deployed=2.8, predictive=2.4)]
     text = report.summary(rows, expected_runs=36)
-    assert "1 of the 36 successor runs finished" in text
+    assert "1 of the 36 successor runs finished" in text and "(other counts in brackets)" in text
+    full = [row(m, seed=s, deployed=2.0 + 0.1 * s, predictive=1.9) for m in ("ebp", "bop") for s in range(3)]
+    assert "mean ± SD over 3 seeds, of the deployed" in report.summary(full, expected_runs=36)
     assert "| mnist | [800] | 3.00 ± 0.00 | 2.60 ± 0.00 | 2.80 (1) | 2.40 (1) | – | 2.50 (1) | – | – |" in text
     assert "fashion-mnist |" not in text
     assert "2 of the 2 comparisons rest on one seed: not conclusive yet." in text
