@@ -169,6 +169,8 @@ def standardise(train: np.ndarray, test: np.ndarray, mode: str = "pixel", std_fl
        Pixels whose std is <= std_floor are divided by std_floor instead; with the default floor 0, pixels
        constant over the training set become exactly 0.
     mode "global": one mean and one std over all training pixels.   mode "unit": pixels / 255, no centring.
+    mode "image": each image, training or test, centred and scaled by its own mean and std over its 784 pixels
+       (no training statistics; an image of one grey level becomes 0).
     """
     x_train = train.reshape(len(train), -1).astype(dtype)
     x_test = test.reshape(len(test), -1).astype(dtype)
@@ -181,8 +183,14 @@ def standardise(train: np.ndarray, test: np.ndarray, mode: str = "pixel", std_fl
         mean, scale = x_train.mean(), x_train.std()
     elif mode == "unit":
         mean, scale = 0.0, 255.0
+    elif mode == "image":
+        for x in (x_train, x_test):
+            x -= x.mean(axis=1, keepdims=True)
+            std = np.sqrt(np.square(x).mean(axis=1, keepdims=True))
+            x /= np.where(std == 0, np.inf, std)
+        return x_train, x_test
     else:
-        raise ValueError(f"unknown preprocessing {mode!r}; choose 'pixel', 'global' or 'unit'")
+        raise ValueError(f"unknown preprocessing {mode!r}; choose 'pixel', 'global', 'unit' or 'image'")
     for x in (x_train, x_test):  # in place: these arrays are large
         x -= mean
         x /= scale

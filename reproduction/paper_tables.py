@@ -169,7 +169,7 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
                 dataset=run["dataset"], architecture=run["architecture"], weights=run["weights"],
                 mask_reading=mask_reading, real_update=real_update, dropout=run["dropout"], keep=run["keep"],
                 epochs=profile["epochs"], batch_size=profile["batch_size"], seed=seed, n_train=profile["n_train"],
-                output_dir=os.path.relpath(out, NOTEBOOK.parent))
+                preprocessing=profile.get("preprocessing", "pixel"), output_dir=os.path.relpath(out, NOTEBOOK.parent))
             jobs.append({"key": key, "run_id": run["run_id"], "seed": seed, "profile": profile["name"],
                          "dataset": run["dataset"],
                          "output_dir": str(out.resolve()), "notebook": str(NOTEBOOK), "config": config,

@@ -39,6 +39,14 @@ PROFILES = {
     # orders and masks, so its first 120 epochs retrace the paper profile's run)
     "extended": {"name": "extended", "epochs": 200, "n_train": None, "batch_size": 10},
 }
+# The paper's protocol with one setting changed: the candidate mechanisms of the one-layer binary offset (ours lower
+# than the paper's B-EBP-P at every width), each paired by seed with the paper profile's run (same initial weights;
+# the same example order where the training images are the same). 50k: the first 50,000 images, as when 10,000 are held
+# out for validation; unit: pixels/255; image: each image standardised by its own mean and std; batch1: one image
+# per update. Their runs land in outputs/runs/<profile>/.
+MECHANISMS = {"paper-50k": {"n_train": 50000}, "paper-unit": {"preprocessing": "unit"},
+              "paper-image": {"preprocessing": "image"}, "paper-batch1": {"batch_size": 1}}
+PROFILES.update({name: {**PROFILES["paper"], "name": name, **change} for name, change in MECHANISMS.items()})
 # A finished run whose final EBP-P test error is not below this has not learned (predicting the commonest digit
 # errs on 88.65% of MNIST's test images): the experiment notebook's check, which every profile's runs must pass.
 NOT_LEARNING = 0.5
@@ -47,7 +55,7 @@ PAPER_EPOCHS, FULL_TRAIN = 120, 60000
 
 DATASET_CHOICES = ("mnist", "fashion-mnist")  # the data sets of ebp_data.DATASETS that experiments train on
 WEIGHTS = ("binary", "real")
-PREPROCESSINGS = ("pixel", "global", "unit")
+PREPROCESSINGS = ("pixel", "global", "unit", "image")
 INPUT_SIDE = 28  # the side of the data sets' images, 28x28 pixels
 MASK_READINGS = ebp_lib.MASK_READINGS  # absent (default) or held: docs/maths.md §Spatial filtering
 # spec (default) or one of the authors' codes (ebp_lib.UPDATES): docs/maths.md §The authors' real-weight code,
@@ -344,4 +352,5 @@ def profile_label(profile: str) -> str:
     if known is None:
         return profile
     n = f"all {FULL_TRAIN:,}" if known["n_train"] is None else f"the first {known['n_train']:,}"
-    return f"{profile} ({known['epochs']} epochs on {n} training images, batch {known['batch_size']})"
+    inputs = f", {known['preprocessing']} preprocessing" if "preprocessing" in known else ""
+    return f"{profile} ({known['epochs']} epochs on {n} training images, batch {known['batch_size']}{inputs})"

@@ -156,6 +156,11 @@ def test_fake_load_dataset_all_modes(fake_mnist):
     np.testing.assert_allclose(g.x_test, (raw_test - raw_train.mean()) / raw_train.std(), rtol=1e-12)
     u = ebp_data.load_dataset("mnist", "unit", data_dir=root)
     np.testing.assert_array_equal(u.x_train, raw_train / 255)
+    i = ebp_data.load_dataset("mnist", "image", data_dir=root)  # each image by its own statistics
+    for x, raw in ((i.x_train, raw_train), (i.x_test, raw_test)):
+        np.testing.assert_allclose(x, (raw - raw.mean(1, keepdims=True)) / raw.std(1, keepdims=True), rtol=1e-12)
+        np.testing.assert_allclose(x.mean(1), 0, atol=1e-12)
+        np.testing.assert_allclose(x.std(1), 1, rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -376,7 +381,7 @@ def test_unknown_dataset(isolated, call):
 
 def test_bad_preprocessing_mode(fake_mnist):
     root, arrays = fake_mnist
-    with pytest.raises(ValueError, match="unknown preprocessing 'per-pixel'.*'pixel', 'global' or 'unit'"):
+    with pytest.raises(ValueError, match="unknown preprocessing 'per-pixel'.*'pixel', 'global', 'unit' or 'image'"):
         ebp_data.load_dataset("mnist", preprocessing="per-pixel", data_dir=root)
     with pytest.raises(ValueError, match="unknown preprocessing 'Pixel'"):
         ebp_data.standardise(arrays["train-images-idx3-ubyte.gz"], arrays["t10k-images-idx3-ubyte.gz"], "Pixel")
