@@ -397,13 +397,13 @@ def finished_errors(cells: dict) -> dict:
 
 def paper_band(row: dict, cell: Cell | None, spreads: dict | None = None) -> dict | None:
     """Whether the paper's number could be one more run of ours (band.prediction_band): ours − paper, the
-    tolerance t·s·sqrt(1 + 1/n) + the paper's rounding, `outside`; s: the family's in `spreads`
-    ({family: Spread}, band.family_spreads). None when the cell is not run or unfinished, the row has no paper
-    number (another data set), or its family has no spread (one seed per cell)."""
+    tolerance t·s·sqrt(1 + 1/n), `outside`; s: the cell's in `spreads` ({cell key: Spread},
+    band.family_spreads: its family's, or its part's where the family's cells are unalike). None when the cell is
+    not run or unfinished, the row has no paper number (another data set), or it has no spread (one seed per cell)."""
     paper = row.get("paper_error")
     if cell is None or paper is None or not cell.finished:
         return None
-    return band.prediction_band(cell.errors, paper, (spreads or {}).get(band.family(cell_key(row))))
+    return band.prediction_band(cell.errors, paper, (spreads or {}).get(cell_key(row)))
 
 
 OUTSIDE_MARK = "†"  # a rendered cell whose paper number lies outside our band (paper_band)
