@@ -23,6 +23,7 @@ whatever each cell's band says.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 
 from reproduction import band as rule
@@ -468,3 +469,52 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4), spreads: d
     if len(outside) <= MAX_LABELS:  # more labels than this overprint one another in the 2-5% cluster
         label_points(ax, outside)
     return fig
+
+
+MAIN_TABLES = ((2, "main"), (3, "main"), (4, "main"))
+
+
+def _best(rows: list[dict], cells: dict, label: str) -> str:
+    """'2.12% (Table 3 [800,800]), ours 2.17 ± 0.11%': the paper's lowest number of row `label` in the finished
+    cells, and ours there."""
+    judged = [r for r in rows if r["row"] == label and r["paper_error"] is not None
+              and cells.get(cell_key(r)) is not None and cells[cell_key(r)].finished]
+    row = min(judged, key=lambda r: r["paper_error"])
+    cell = cells[cell_key(row)]
+    ours = f"{cell.mean:.2f}" + ("" if cell.sd is None else f" ± {cell.sd:.2f}")
+    return f"{row['paper_error']:.2f}% (Table {row['table']} {row['column']}), ours {ours}%"
+
+
+def in_short(rows: list[dict], variants: dict) -> list[str]:
+    """At most five sentences answering 'did the paper reproduce?' from the records: the cells within our band
+    per table, the paper's best binary and real nets beside ours, Table 4 under the held reading, the rows on one
+    side of the paper, and the findings (agree / disagree on our runs). `variants`: main, Table 4 held, ...; an
+    empty list before any cell has finished."""
+    from reproduction import findings  # findings reads results only; imported here to keep agreement's imports light
+
+    counts = []
+    for table, variant in MAIN_TABLES:
+        judged, outside = judged_rows(table, rows, variants[variant], variant_spreads(variants, variant))
+        counts.append((table, len(judged) - len(outside), len(judged)))
+    total = sum(c[2] for c in counts)
+    if total == 0:
+        return []
+    out = [f"Our {rule.LEVEL:.0%} band for one more run holds the paper's number in {sum(c[1] for c in counts)} "
+           f"of {total} cells (" + "; ".join(f"Table {t}: {k}/{n}" for t, k, n in counts) + ")."]
+    out.append(f"Its best binary net errs {_best(rows, variants['main'], 'B-EBP-P')}; its best real net "
+               f"{_best(rows, variants['main'], 'R-EBP-P')}.")
+    if "Table 4 held" in variants:
+        judged, outside = judged_rows(4, rows, variants["Table 4 held"], variant_spreads(variants, "Table 4 held"))
+        if judged:
+            out.append(f"Read as the paper's full matrix (non-connected weights held at h = 0), Table 4 fits in "
+                       f"{len(judged) - len(outside)} of {len(judged)}.")
+    found = [p for table, variant in MAIN_TABLES for p in patterns(table, rows, variants, variant)]
+    if found:
+        first = re.sub(r" the paper in all (\d+) cells", r" in all \1 cells", found[0].split(" (")[0])
+        out.append(f"In {len(found)} rows (or one depth of a row) every cell lies on one side of the paper, e.g. "
+                   f"{first.replace(',', '', 1)}.")
+    verdicts = [findings.verdict(f, findings.our_values(variants["main"]))["verdict"]
+                for f in findings.paper_findings()]
+    out.append(f"Of the paper's {len(verdicts)} findings, our runs agree with {verdicts.count('agree')}, disagree "
+               f"with {verdicts.count('disagree')} and leave {verdicts.count('inconclusive')} inconclusive.")
+    return out

@@ -31,6 +31,7 @@ band the other seeds give in about LEVEL of the cells.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -79,6 +80,12 @@ class Spreads(dict):
         return out
 
 
+def variance(x) -> float:
+    """The sample variance Σ (x_i − x̄)² / (n − 1) of n ≥ 2 numbers (math.fsum: a few ulps, and fast)."""
+    mean = math.fsum(x) / len(x)
+    return math.fsum((v - mean) ** 2 for v in x) / (len(x) - 1)
+
+
 def pooled_spread(samples) -> Spread | None:
     """The pooled SD of several cells' per-seed errors (each a sequence): s² = Σ (n_i − 1)·s_i² / Σ (n_i − 1),
     df = Σ (n_i − 1); cells of one seed add nothing. None when no cell has two seeds."""
@@ -86,14 +93,19 @@ def pooled_spread(samples) -> Spread | None:
     df = sum(len(x) - 1 for x in used)
     if df == 0:
         return None
-    return Spread(math.sqrt(sum((len(x) - 1) * statistics.variance(x) for x in used) / df), df, len(used))
+    return Spread(math.sqrt(sum((len(x) - 1) * variance(x) for x in used) / df), df, len(used))
 
 
 def homogeneity_p(samples) -> float | None:
     """Bartlett's p for equal variances across cells (per-seed errors each), over the cells of two seeds or more
     whose seeds do not all tie (a zero variance has no logarithm: such a cell is pooled, not tested); None for
     fewer than two such cells."""
-    tested = [list(x) for x in samples if len(x) > 1 and statistics.variance(x) > 0]
+    return _bartlett(tuple(tuple(x) for x in samples if len(x) > 1 and max(x) > min(x)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _bartlett(tested: tuple) -> float | None:
+    """scipy.stats.bartlett's p of the cells `tested` (cached: the tables ask for the same families many times)."""
     if len(tested) < 2:
         return None
     return float(stats.bartlett(*tested).pvalue)

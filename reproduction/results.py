@@ -478,6 +478,55 @@ def render_table(table: int, rows: list[dict], cells: dict, profile: str, readin
     return "\n".join(lines)
 
 
+def _scan_ours(cell: Cell | None, refused: list[tuple], n: int) -> str:
+    """Our number of one cell for render_scan_table: '3.34 ± 0.11', its seed count where it is not the table's
+    usual `n`, its epochs done while training, REPLAYED_MARK, or what is missing."""
+    if cell is None:
+        return _rejected_text(None, refused) if refused else "not run yet"
+    text = f"{cell.mean:.2f}" + ("" if cell.sd is None else f" ± {cell.sd:.2f}")
+    if len(cell.pooled) != n:
+        text += f" (n = {len(cell.pooled)})"
+    if not cell.finished:
+        text += f" · {cell.pooled[0]['epochs_done']}/{cell.pooled[0]['parameters']['epochs']} ep"
+    return text + (f" {REPLAYED_MARK}" if replayed(cell) else "")
+
+
+def _scan_delta(row: dict, cell: Cell | None, spreads: dict) -> str:
+    """ours − paper of one finished cell, with OUTSIDE_MARK where the paper lies outside our band; '' else."""
+    if cell is None or not cell.finished:
+        return ""
+    outside = (paper_band(row, cell, spreads) or {}).get("outside")
+    return f"{cell.mean - row['paper_error']:+.2f}" + (f" {OUTSIDE_MARK}" if outside else "")
+
+
+def render_scan_table(table: int, rows: list[dict], cells: dict, profile: str, reading: str | None = None,
+                      mask_reading: str | None = None, spreads: dict | None = None) -> str:
+    """One paper table as Markdown with one number per column: per architecture and weight type, the paper's
+    EBP-P, ours (mean ± SD over seeds), Δ = ours − paper (OUTSIDE_MARK outside the band of `spreads`, by default
+    those of `cells`), then the same for EBP-D. render_table gives the per-cell detail (last-10 means, seeds)."""
+    spreads = band.family_spreads(finished_errors(cells)) if spreads is None else spreads
+    rows = [r for r in rows if r["table"] == table]
+    by_cell = {(r["column"], r["row"]): r for r in rows}
+    filled = [cells[cell_key(r)] for r in rows if cell_key(r) in cells]
+    counts = [len(c.pooled) for c in filled]
+    n = max(set(counts), key=counts.count) if counts else 0
+    refused = getattr(cells, "rejected", {})
+    lines = [f"**{table_title(table, reading, mask_reading)}** — test error %, profile {profile}; ours: mean ± SD "
+             f"over {n} seed{'s' if n != 1 else ''}, unless marked (n = ...). Δ = ours − paper; {OUTSIDE_MARK}: the paper's "
+             f"number lies outside our {band.LEVEL:.0%} band for one more run.",
+             "", "| hidden | weights | EBP-P paper | ours | Δ | EBP-D paper | ours | Δ |", "|---" * 8 + "|"]
+    for column in dict.fromkeys(r["column"] for r in rows):
+        for prefix, weights in (("B", "binary"), ("R", "real")):
+            entries = []
+            for output in ("P", "D"):
+                row = by_cell[(column, f"{prefix}-EBP-{output}")]
+                cell = cells.get(cell_key(row))
+                entries += [f"{row['paper_error']:.2f}", _scan_ours(cell, refused.get(cell_key(row), []), n),
+                            _scan_delta(row, cell, spreads)]
+            lines.append(f"| {column} | {weights} | " + " | ".join(entries) + " |")
+    return "\n".join(lines)
+
+
 def coverage(rows: list[dict], cells: dict, table: int, label: str = "") -> str:
     """One line on a table's runs in `cells`: how many are finished, in progress or not run, and ours − paper
     (percentage points) over its finished cells."""
