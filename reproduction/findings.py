@@ -249,6 +249,19 @@ def findings_summary(rows: list[dict], variants: dict, findings: list[Finding] |
     return "\n".join(lines)
 
 
+def findings_brief(rows: list[dict], cells: dict, findings: list[Finding] | None = None) -> str:
+    """Markdown: one line per finding, its verdict on the paper's numbers and on ours (`cells`, the main variant),
+    without the other variants' columns (findings_summary has them): a table narrow enough to read down."""
+    findings = paper_findings() if findings is None else findings
+    columns = judged_columns(rows, {"main": cells}, ["main"])
+    lines = ["| finding | every/most | " + " | ".join(
+        "paper's numbers" if name == "paper" else name for name, *_ in columns) + " |", "|---" * (2 + len(columns)) + "|"]
+    for f in findings:
+        lines.append(f"| {f.title} | {f.quantifier} | "
+                     + " | ".join(describe_verdict(verdict(f, *column)) for _, *column in columns) + " |")
+    return "\n".join(lines)
+
+
 def judged_columns(rows: list[dict], variants: dict, labels: list[str]) -> list[tuple]:
     """(name, values, spread_from, families) of each column a finding is judged in: the paper's numbers (where
     `rows` have them) with the spreads of our main variant (the first), then ours in each of `labels`, a

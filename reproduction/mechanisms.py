@@ -28,10 +28,8 @@ OFFSET_RANGE = (0.1, 0.5)  # points: how far ours lies below the paper in Table 
 ROW_NAMES = {("binary", "ebp_p"): "B-EBP-P", ("binary", "ebp_d"): "B-EBP-D", ("real", "ebp_p"): "R-EBP-P",
              ("real", "ebp_d"): "R-EBP-D"}
 # What each profile of parameters.MECHANISMS changes, in words (a profile missing here is named by its setting)
-CHANGES = {"paper-50k": "50,000 training images (10,000 held out, as for validation) instead of 60,000",
-           "paper-unit": "pixels/255 instead of per-pixel standardisation",
-           "paper-image": "each image standardised by its own mean and SD instead of per-pixel standardisation",
-           "paper-batch1": "batch 1 instead of 10"}
+CHANGES = {"paper-50k": "50,000 training images", "paper-unit": "pixels/255", "paper-image": "per-image standardisation",
+           "paper-batch1": "batch 1"}
 # Mechanisms excluded before this table, each with why and where its evidence lives
 EXCLUDED = (
     ("the held mask reading", "a reading of Table 4's spatial layers only: the dense nets have no masks",
@@ -63,7 +61,7 @@ def tested_mechanisms() -> list[Mechanism]:
     """The profiles of parameters.MECHANISMS, then the authors' binary code of 2015 (binary cells only)."""
     out = [Mechanism(name, CHANGES.get(name, ", ".join(f"{k} = {v}" for k, v in change.items())), name, change)
            for name, change in MECHANISMS.items()]
-    return out + [Mechanism("authors-2015", "the authors' binary loop as of the paper: ⟨W⟩ one minibatch stale",
+    return out + [Mechanism("authors-2015", "⟨W⟩ one minibatch stale",
                             "paper", {"real_update": "authors-2015"}, ("binary",))]
 
 
@@ -167,7 +165,7 @@ def mechanism_table(results: list[dict]) -> str:
     parts = []
     for output in OUTPUTS:
         heads = [f"{ROW_NAMES[(w, output)]} {a}" + (" (control)" if w == "real" else "") for w, a in CELLS]
-        verdict = ["explains the offset?"] if output == "ebp_p" else []
+        verdict = ["explains?"] if output == "ebp_p" else []
         lines = ["| mechanism | " + " | ".join(heads + verdict) + " |", "|---" * (1 + len(heads) + len(verdict)) + "|"]
         for m in mechanisms:
             entries = [effect_text(effects[m.name][(w, a, output)]) for w, a in CELLS]

@@ -406,6 +406,7 @@ def paper_band(row: dict, cell: Cell | None, spreads: dict | None = None) -> dic
     return band.prediction_band(cell.errors, paper, (spreads or {}).get(cell_key(row)))
 
 
+NBSP = "\u00a0"  # a no-break space: '3.34 ± 0.11' stays on one line in a narrow column
 OUTSIDE_MARK = "†"  # a rendered cell whose paper number lies outside our band (paper_band)
 REPLAYED_MARK = "⟲"  # a rendered cell with a run whose first epochs were replayed and agreed (reproduction.verify)
 
@@ -479,16 +480,16 @@ def render_table(table: int, rows: list[dict], cells: dict, profile: str, readin
 
 
 def _scan_ours(cell: Cell | None, refused: list[tuple], n: int) -> str:
-    """Our number of one cell for render_scan_table: '3.34 ± 0.11', its seed count where it is not the table's
-    usual `n`, its epochs done while training, REPLAYED_MARK, or what is missing."""
+    """Our number of one cell for render_scan_table: '3.34 ± 0.11' (no-break spaces: a number never wraps), its
+    seed count where it is not the table's usual `n`, its epochs done while training, or what is missing."""
     if cell is None:
         return _rejected_text(None, refused) if refused else "not run yet"
-    text = f"{cell.mean:.2f}" + ("" if cell.sd is None else f" ± {cell.sd:.2f}")
+    text = f"{cell.mean:.2f}" + ("" if cell.sd is None else f"{NBSP}±{NBSP}{cell.sd:.2f}")
     if len(cell.pooled) != n:
         text += f" (n = {len(cell.pooled)})"
     if not cell.finished:
         text += f" · {cell.pooled[0]['epochs_done']}/{cell.pooled[0]['parameters']['epochs']} ep"
-    return text + (f" {REPLAYED_MARK}" if replayed(cell) else "")
+    return text
 
 
 def _scan_delta(row: dict, cell: Cell | None, spreads: dict) -> str:
@@ -501,9 +502,10 @@ def _scan_delta(row: dict, cell: Cell | None, spreads: dict) -> str:
 
 def render_scan_table(table: int, rows: list[dict], cells: dict, profile: str, reading: str | None = None,
                       mask_reading: str | None = None, spreads: dict | None = None) -> str:
-    """One paper table as Markdown with one number per column: per architecture and weight type, the paper's
+    """One paper table as Markdown with one number per column: per net (architecture and weight type), the paper's
     EBP-P, ours (mean ± SD over seeds), Δ = ours − paper (OUTSIDE_MARK outside the band of `spreads`, by default
-    those of `cells`), then the same for EBP-D. render_table gives the per-cell detail (last-10 means, seeds)."""
+    those of `cells`), then the same for EBP-D. render_table gives the per-cell detail (last-10 means, seeds,
+    replays)."""
     spreads = band.family_spreads(finished_errors(cells)) if spreads is None else spreads
     rows = [r for r in rows if r["table"] == table]
     by_cell = {(r["column"], r["row"]): r for r in rows}
@@ -512,9 +514,8 @@ def render_scan_table(table: int, rows: list[dict], cells: dict, profile: str, r
     n = max(set(counts), key=counts.count) if counts else 0
     refused = getattr(cells, "rejected", {})
     lines = [f"**{table_title(table, reading, mask_reading)}** — test error %, profile {profile}; ours: mean ± SD "
-             f"over {n} seed{'s' if n != 1 else ''}, unless marked (n = ...). Δ = ours − paper; {OUTSIDE_MARK}: the paper's "
-             f"number lies outside our {band.LEVEL:.0%} band for one more run.",
-             "", "| hidden | weights | EBP-P paper | ours | Δ | EBP-D paper | ours | Δ |", "|---" * 8 + "|"]
+             f"over {n} seed{'s' if n != 1 else ''} (other counts marked n); {OUTSIDE_MARK}: outside our band.",
+             "", "| net | EBP-P paper | ours | Δ | EBP-D paper | ours | Δ |", "|---" * 7 + "|"]
     for column in dict.fromkeys(r["column"] for r in rows):
         for prefix, weights in (("B", "binary"), ("R", "real")):
             entries = []
@@ -523,7 +524,7 @@ def render_scan_table(table: int, rows: list[dict], cells: dict, profile: str, r
                 cell = cells.get(cell_key(row))
                 entries += [f"{row['paper_error']:.2f}", _scan_ours(cell, refused.get(cell_key(row), []), n),
                             _scan_delta(row, cell, spreads)]
-            lines.append(f"| {column} | {weights} | " + " | ".join(entries) + " |")
+            lines.append(f"| {column} {weights} | " + " | ".join(entries) + " |")
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from reproduction.findings import (
     Measured,
     describe_verdict,
     finding_details,
+    findings_brief,
     findings_by_dataset,
     findings_summary,
     judge,
@@ -202,3 +203,14 @@ def test_findings_are_judged_on_fashion_mnist_with_its_own_bar(rows):
     long = finding_details(fashion_findings[10], fashion_rows, {"Fashion-MNIST": fashion}).splitlines()
     assert long[-2:] == ["| Table 2 200: B-EBP-P < B-EBP-D | ~ +0.00 (no seed spread) |",
                          "| 49 comparisons not run yet | · |"], long  # a partial grid's unrun comparisons, counted
+
+
+def test_the_brief_findings_table_has_the_paper_and_ours_only(rows):
+    """One line per finding: its title, every/most, the verdict on the paper's numbers and on ours (main)."""
+    main = paper_as_ours(rows)
+    brief = findings_brief(rows, main).splitlines()
+    assert brief[0] == "| finding | every/most | paper's numbers | ours |" and len(brief) == 2 + 12
+    full = findings_summary(rows, {"main": main}).splitlines()
+    line5 = next(line for line in brief if line.startswith("| (5) "))
+    assert line5.endswith("| agree (1 ✓, 0 ✗, 0 ~ of 1) | agree (1 ✓, 0 ✗, 0 ~ of 1) |"), line5
+    assert next(line for line in full if line.startswith("| (5) ")).endswith("| **agree (1 ✓, 0 ✗, 0 ~ of 1)** |")
