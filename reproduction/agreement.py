@@ -93,18 +93,27 @@ def _part_text(group: rule.Group) -> str:
     return f"{group.part} alone (s = {spread.s:.2f}, df = {spread.df})"
 
 
-def split_lines(table: int, variants: dict, variant: str = "main") -> list[str]:
+def split_lines(table: int, variants: dict, variant: str = "main", compact: bool = False) -> list[str]:
     """One line per family of one table (one variant) whose cells Bartlett's test finds unalike: its p and the
     parts its spread was split into (band.split_family), e.g. 'Table 2, B-EBP-D: cell SDs unalike (Bartlett p =
-    1e-10): one hidden layer pooled (5 cells, s = 0.09, df = 10); [200,200] alone (s = 0.17, df = 2); ...'."""
+    1.2e-10 < 0.05), not pooled: one hidden layer pooled (5 cells, s = 0.08, df = 10); [200,200] alone (s = 0.17,
+    df = 2); ...'; `compact`: 'Table 2, B-EBP-D (Bartlett p = 1.2e-10): one hidden layer pooled; alone:
+    [200,200], [400,400], ...'."""
     borrowed = borrows_spread(table, variants[variant])
     spreads = variant_spreads(variants, _beside(variant) if borrowed else variant)
     lines = []
     for name, (p, parts) in spreads.splits().items():
-        if name[0] == table:
-            lines.append(f"{table_label(table, variant)}, {name[1]}{f' ({_beside(variant)} variant)' if borrowed else ''}"
-                         f": cell SDs unalike (Bartlett p = {p:.2g} < {rule.HOMOGENEITY_LEVEL:g}), not pooled: "
-                         + "; ".join(map(_part_text, parts)))
+        if name[0] != table:
+            continue
+        head = f"{table_label(table, variant)}, {name[1]}{f' ({_beside(variant)} variant)' if borrowed else ''}"
+        if compact:
+            pooled = [f"{g.part} pooled" for g in parts if len(g.cells) > 1]
+            alone = [g.part for g in parts if len(g.cells) == 1]
+            lines.append(f"{head} (Bartlett p = {p:.2g}): " + "; ".join(pooled + ([f"alone: {', '.join(alone)}"]
+                                                                                  if alone else [])))
+        else:
+            lines.append(f"{head}: cell SDs unalike (Bartlett p = {p:.2g} < {rule.HOMOGENEITY_LEVEL:g}), not "
+                         f"pooled: " + "; ".join(map(_part_text, parts)))
     return lines
 
 
@@ -223,8 +232,8 @@ def band_count(table: int, rows: list[dict], variants: dict, variant: str = "mai
     count = f"{len(judged) - len(outside)} of {len(judged)} finished cells"
     if borrows_spread(table, variants[variant]):
         return (f"{table_label(table, variant)}, {BORROWED}: the paper's number lies within the band of the "
-                f"{_beside(variant)} variant's spread in {count}; one run per cell, so the band is untested on "
-                f"these runs and the count is not alike the others")
+                f"{_beside(variant)} variant's spread in {count}; one run per cell: the band is untested on these "
+                f"runs")
     inside, held_out = seed_coverage(table, variants[variant])
     coverage = (f"; leave one seed out, the band of the other seeds holds the held-out run in {inside} of "
                 f"{held_out} ({inside / held_out:.0%})" if held_out else "")
