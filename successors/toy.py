@@ -45,8 +45,10 @@ def loss(weights: list, real: dict, stats: dict, x, y):
 
 
 def init(method: str, key, hidden: int, hyper: dict, dtype=jnp.float32) -> dict:
-    """The method's start on the (3, hidden, 1) net: STE's Glorot-uniform latent weights or BayesBiNN's
-    λ ~ U(−1, 1)·lambda_init (as ste.init, bayesbinn.init), e^s = 1/sqrt(hidden) (mlp.init_real), Adam's state."""
+    """The method's start on the (3, hidden, 1) net: STE's Glorot-uniform latent weights (as ste.init), or
+    BayesBiNN's λ = ±lambda_init, each sign with probability 1/2 (as bayesbinn.init, the authors' rule:
+    github.com/team-approx-bayes/BayesBiNN optimizers/BayesBiNN.py line 72; their two-moons run in
+    synthetic_data.ipynb passes lamda_init=15, lamda_std=0); e^s = 1/sqrt(hidden) (mlp.init_real); Adam's state."""
     sizes = (3, hidden, 1)
     keys = jax.random.split(key, 2)
     real = {"log_scale": jnp.asarray(-0.5 * np.log(hidden), dtype)}
@@ -55,7 +57,7 @@ def init(method: str, key, hidden: int, hyper: dict, dtype=jnp.float32) -> dict:
                   for k, s in zip(keys, zip(sizes[:-1], sizes[1:]))]
         params = {"latent": latent, "real": real}
         return {**params, "stats": {}, "adam": ste.ADAM.init(params)}
-    lam = [hyper["lambda_init"] * jax.random.uniform(k, s, dtype, -1.0, 1.0)
+    lam = [hyper["lambda_init"] * jnp.where(jax.random.bernoulli(k, 0.5, s), 1.0, -1.0).astype(dtype)
            for k, s in zip(keys, zip(sizes[:-1], sizes[1:]))]
     return {"lam": lam, "real": real, "stats": {}, "adam": bayesbinn.ADAM.init(real)}
 

@@ -74,3 +74,11 @@ def test_training_reproduces_itself_and_learns_a_line(method, hyper, x64):
         trained, untrained = (float(toy.loss(toy.deployed(method, s), s["real"], {}, x, y)[0]) for s in (first, start))
     assert trained < untrained
 
+
+
+def test_bayesbinn_starts_at_plus_or_minus_lambda_init_as_the_authors_do():
+    # the authors' two-moons run: lamda_init=15, lamda_std=0, each sign with probability 1/2
+    state = toy.init("bayesbinn", jax.random.PRNGKey(0), 50, {"lambda_init": 15.0})
+    lam = np.concatenate([np.asarray(a).ravel() for a in state["lam"]])
+    np.testing.assert_array_equal(np.abs(lam), 15.0)
+    assert 0.3 < np.mean(lam > 0) < 0.7                  # 200 signs: a fair coin lands here with p > 0.99999
