@@ -13,6 +13,9 @@ straight through). Unlike successors.mlp there is no batch normalisation (it wou
 threshold, a finer boundary than the toy net's ±1 bias can draw) and no per-class output weights and bias (two
 classes' ±1 columns differ by −2, 0 or 2, and their biases by a real: another, richer net).
 
+`noisy_loss` is the other model: the same ±1 weights under notebook 03b's unit noise (every unit adds N(0, 1) to
+its input; no output scale), the likelihood EBP itself approximates; `train(..., model="noisy")` uses it.
+
 `train` runs a method's own `step` (the rule of successors.ste or successors.bayesbinn, unchanged) with `loss` of
 this net. Outputs: `deployed_probability` (a ±1 net: STE's sign(w_r), BayesBiNN's mode sign(λ)) and, for
 BayesBiNN, `mean_field_probability`: its predictive Σ_w q(w) P(y = +1 | x, w) summed exactly (the limit of the Monte
