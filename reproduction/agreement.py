@@ -519,8 +519,8 @@ def in_short(rows: list[dict], variants: dict) -> list[str]:
                        f"{len(judged) - len(outside)} of {len(judged)}.")
     found = [p for table, variant in MAIN_TABLES for p in patterns(table, rows, variants, variant)]
     if found:
-        first = re.sub(r" the paper in all (\d+) cells", r" in all \1 cells", found[0].split(" (")[0])
-        out.append(f"In {len(found)} rows (or one depth of a row) every cell lies on one side of the paper, e.g. "
+        first = re.sub(r" the paper in all \d+ cells,", "", found[0].split(" (")[0])
+        out.append(f"{len(found)} rows (or depths of a row) lie wholly on one side of the paper, e.g. "
                    f"{first.replace(',', '', 1)}.")
     verdicts = [findings.verdict(f, findings.our_values(variants["main"]))["verdict"]
                 for f in findings.paper_findings()]

@@ -197,3 +197,23 @@ def test_leave_one_seed_out_coverage_of_the_committed_records(rows):
         measured[(table, masks)] = (inside, judged)
         assert judged >= 84 and 0.90 <= inside / judged <= 0.99, (table, masks, inside, judged)
     assert measured[(2, "absent")] == (99, 108) and measured[(4, "held")] == (79, 84)
+
+
+def test_in_short_answers_from_the_records_in_five_sentences(rows):
+    """The In short box: the count per table, the paper's best binary and real nets beside ours, a pattern, and
+    the findings; nothing before any cell has finished."""
+    one_layer = ["200", "400", "600", "800", "1000"]
+    runs = [r for c in one_layer for r in seeds(cell_row(rows, 2, "B-EBP-P", c),
+                                               cell_row(rows, 2, "B-EBP-P", c)["paper_error"] / 100 - 0.003)]
+    real = cell_row(rows, 2, "R-EBP-P", "200")
+    runs += seeds(real, real["paper_error"] / 100)
+    short = agreement.in_short(rows, {"main": cells_of(rows, runs)})
+    assert len(short) == 4 and all(len(s.split()) <= 40 for s in short), short
+    assert short[0] == ("Our 95% band for one more run holds the paper's number in 2 of 12 cells (Table 2: 2/12; "
+                        "Table 3: 0/0; Table 4: 0/0).")
+    assert short[1] == ("Its best binary net errs 3.01% (Table 2 800), ours 2.71 ± 0.10%; its best real net 2.78% "
+                        "(Table 2 200), ours 2.78 ± 0.10%.")
+    assert short[2] == ("2 rows (or depths of a row) lie wholly on one side of the paper, e.g. Table 2 B-EBP-P: "
+                        "ours below by 0.30 to 0.30 points.")
+    assert short[3].startswith("Of the paper's 12 findings, our runs agree with ")
+    assert agreement.in_short(rows, {"main": cells_of(rows, [])}) == []
