@@ -497,8 +497,8 @@ def _best(rows: list[dict], cells: dict, label: str) -> str:
 def in_short(rows: list[dict], variants: dict) -> list[str]:
     """At most five sentences answering 'did the paper reproduce?' from the records: the cells within our band
     per table, the paper's best binary and real nets beside ours, Table 4 under the held reading, the rows on one
-    side of the paper, and the findings (agree / disagree on our runs). `variants`: main, Table 4 held, ...; an
-    empty list before any cell has finished."""
+    side of the paper, and the findings (agree / disagree on our runs). `variants`: main, Table 4 held, ...; one
+    sentence saying so where no cell has a band (one seed per cell), an empty list before any cell has finished."""
     from reproduction import findings  # findings reads results only; imported here to keep agreement's imports light
 
     counts = []
@@ -507,7 +507,9 @@ def in_short(rows: list[dict], variants: dict) -> list[str]:
         counts.append((table, len(judged) - len(outside), len(judged)))
     total = sum(c[2] for c in counts)
     if total == 0:
-        return []
+        finished = sum(c.finished for c in variants["main"].values())
+        return [f"No cell is judged yet: {finished} cells have finished, with one seed each, and one seed gives no "
+                f"band."] if finished else []
     out = [f"Our {rule.LEVEL:.0%} band for one more run holds the paper's number in {sum(c[1] for c in counts)} "
            f"of {total} cells (" + "; ".join(f"Table {t}: {k}/{n}" for t, k, n in counts) + ")."]
     out.append(f"Its best binary net errs {_best(rows, variants['main'], 'B-EBP-P')}; its best real net "
