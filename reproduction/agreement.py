@@ -230,6 +230,10 @@ def band_count(table: int, rows: list[dict], variants: dict, variant: str = "mai
     spreads = variant_spreads(variants, variant)
     judged, outside = judged_rows(table, rows, variants[variant], spreads)
     count = f"{len(judged) - len(outside)} of {len(judged)} finished cells"
+    if borrows_spread(table, variants[variant]) and not judged:
+        finished = sum(c.finished for key, c in variants[variant].items() if key[0] == table)
+        return (f"{table_label(table, variant)}: one seed per cell gives no band, so none of its {finished} finished "
+                f"cells is judged")
     if borrows_spread(table, variants[variant]):
         return (f"{table_label(table, variant)}, {BORROWED}: the paper's number lies within the band of the "
                 f"{_beside(variant)} variant's spread in {count}; one run per cell: the band is untested on these "

@@ -79,6 +79,9 @@ def test_a_variant_of_one_seed_borrows_the_main_spread(rows):
     assert count.startswith("Table 3 (analytic), one seed, borrowed spread: the paper's number lies within the "
                             "band of the main variant's spread in 1 of 2 finished cells"), count
     assert "leave one seed out" not in count
+    alone = {"main": cells_of(rows, [run(row, 0.040, dropout="sampled", keep=row["keep"])])}
+    assert agreement.band_count(3, rows, alone) == ("Table 3 (sampled): one seed per cell gives no band, so none of "
+                                                    "its 2 finished cells is judged")
 
 
 def test_ebp_d_rounding_and_not_converged_are_computed(rows):
