@@ -296,12 +296,11 @@ def summary(rows: list[dict], expected_runs: int) -> str:
     return "\n\n".join(text)
 
 
-def tally(rows: list[dict]) -> str:
-    """One sentence: per data set, of the comparisons with two seeds or more on both sides (each net and EBP
-    protocol), how many put the successor's deployed ±1 net below EBP-D, above it, or do not separate them; the same
-    for BayesBiNN's predictive against EBP-P. Per data set, because the verdicts differ between them."""
-    subjects = {"deployed": "±1 nets", "predictive": "BayesBiNN's predictive"}
-    per_dataset = []
+def tally_counts(rows: list[dict]) -> dict:
+    """{data set: {output: Counter of "lower", "higher", "not separable"}}: of the comparisons with two seeds or more
+    on both sides (each net and EBP protocol), where the successor's interval lies (deployed ±1 nets against EBP-D,
+    BayesBiNN's predictive against EBP-P). Per data set, because the verdicts differ between them."""
+    found_by_dataset = {}
     for dataset in EBP_PROFILES:
         counts = {output: Counter() for output in EBP_OUTPUT_LABELS}
         for net in NETS:
@@ -310,6 +309,16 @@ def tally(rows: list[dict]) -> str:
                     found = _compare(rows, dataset, net, method, output, ebp_method)[2]
                     if found is not None:
                         counts[output][_side(*found[:2])] += 1
+        found_by_dataset[dataset] = counts
+    return found_by_dataset
+
+
+def tally(rows: list[dict]) -> str:
+    """One sentence of tally_counts: per data set, how many comparisons put the successor below EBP, above it, or
+    do not separate them."""
+    subjects = {"deployed": "±1 nets", "predictive": "BayesBiNN's predictive"}
+    per_dataset = []
+    for dataset, counts in tally_counts(rows).items():
         parts = [f"{subjects[o]} against {EBP_OUTPUT_LABELS[o]} {c['lower']}/{c['higher']}/{c['not separable']} of "
                  f"{c.total()}" for o, c in counts.items() if c]
         if parts:
