@@ -326,6 +326,22 @@ def tally(rows: list[dict]) -> str:
     return "Two seeds or more a side, successor's error lower/higher/not separable: " + "; ".join(per_dataset) + "."
 
 
+def in_short(rows: list[dict]) -> str:
+    """The page's answer in a few sentences, from tally_counts and the records' costs."""
+    counts = tally_counts(rows)
+    deployed = sum((c["deployed"] for c in counts.values()), Counter())
+    mnist, fashion = (counts[d]["predictive"] for d in ("mnist", "fashion-mnist"))
+    hours = sum(r["core_seconds"] or 0 for r in rows if r["method"] in SUCCESSORS) / 3600
+    advice = ("train with a successor" if 2 * deployed["lower"] > deployed.total()
+              else "EBP-D holds its own")
+    return (f"> **In short.** For a deployed ±1 net, {advice}: tuned STE, Bop and BayesBiNN err less "
+            f"than EBP-D in {deployed['lower']} of {deployed.total()} comparisons with two seeds a side. "
+            f"EBP-P, the averaged read-out, holds up better: BayesBiNN's averaged prediction beats it in "
+            f"{mnist['lower']} of {mnist.total()} on MNIST and loses {fashion['higher']} of {fashion.total()} on "
+            f"Fashion-MNIST. EBP has no learning rate and ran at the paper's settings; the successors' grids and "
+            f"runs took {hours:.0f} core-hours.")
+
+
 EBP_LEGEND = {"ebp": "EBP-D", "ebp-dropout": "EBP-D, dropout"}
 
 

@@ -159,6 +159,7 @@ def test_what_reproduce_writes_for_the_quick_profile_is_ignored_by_git():
     """A fresh clone's `make reproduce` leaves `git status` clean: the quick profile's rendering is git-ignored
     (the paper profile's is committed, as the README says)."""
     written = ["outputs/runs/quick/tables.md", "outputs/runs/quick/summary.md", "outputs/runs/quick/agreement.png",
+               "outputs/runs/quick/authors_code.md",
                "outputs/runs/quick/tables.ipynb", "outputs/runs/quick-fashion-mnist/tables.md",
                "outputs/runs/paper/tables.ipynb"]
     done = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True)
