@@ -24,7 +24,7 @@ def test_headline_states_the_papers_numbers_beside_ours():
 
 
 def test_splice_replaces_only_the_block():
-    readme = f"intro\n{readme_tables.START}\nold\n{readme_tables.END}\noutro\n"  # noqa: E501
+    readme = f"intro\n{readme_tables.START}\nold\n{readme_tables.END}\noutro\n"
     assert readme_tables.with_tables(readme, "new\n") == f"intro\n{readme_tables.START}\nnew\n{readme_tables.END}\noutro\n"
     with pytest.raises(ValueError, match="exactly one"):
         readme_tables.with_tables("no markers", "new")
