@@ -334,12 +334,12 @@ def in_short(rows: list[dict]) -> str:
     hours = sum(r["core_seconds"] or 0 for r in rows if r["method"] in SUCCESSORS) / 3600
     advice = ("train with a successor" if 2 * deployed["lower"] > deployed.total()
               else "EBP-D holds its own")
-    return (f"> **In short.** For a deployed ±1 net, {advice}: tuned STE, Bop and BayesBiNN err less "
-            f"than EBP-D in {deployed['lower']} of {deployed.total()} comparisons with two seeds a side. "
-            f"EBP-P, the averaged read-out, holds up better: BayesBiNN's averaged prediction beats it in "
-            f"{mnist['lower']} of {mnist.total()} on MNIST and loses {fashion['higher']} of {fashion.total()} on "
-            f"Fashion-MNIST. EBP has no learning rate and ran at the paper's settings; the successors' grids and "
-            f"runs took {hours:.0f} core-hours.")
+    return (f"> **In short.** For a deployed ±1 net, {advice}. Tuned STE, Bop and BayesBiNN err less than EBP-D in "
+            f"{deployed['lower']} of {deployed.total()} comparisons with two seeds a side. EBP-P, the averaged "
+            f"read-out, holds up better. BayesBiNN's averaged prediction beats it in {mnist['lower']} of "
+            f"{mnist.total()} on MNIST and loses {fashion['higher']} of {fashion.total()} on Fashion-MNIST. EBP has "
+            f"no learning rate and ran at the paper's settings; the successors' grids and runs took {hours:.0f} "
+            "core-hours.")
 
 
 EBP_LEGEND = {"ebp": "EBP-D", "ebp-dropout": "EBP-D, dropout"}

@@ -22,6 +22,7 @@ import pytest
 
 import ebp_analysis
 from scripts import build_book
+from tests.test_readme import prose_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -419,3 +420,19 @@ def test_cross_references_are_links(page):
     text, _ = markdown_and_figures(page)
     prose = re.sub(r"\[[^\]]*\]\([^)]*\)", "LINK", text)
     assert not CROSS_REFERENCE.findall(prose), CROSS_REFERENCE.findall(prose)
+
+
+def in_short_box(page: str) -> str:
+    """The Markdown a report page's "In short" cell prints (its input is removed from the book)."""
+    cells = json.loads(source_of(page).read_text(encoding="utf-8"))["cells"]
+    texts = ["".join(o["data"]["text/markdown"]) for c in cells for o in c.get("outputs", [])
+             if "text/markdown" in o.get("data", {}) and "In short" in "".join(o["data"]["text/markdown"])]
+    assert len(texts) == 1, f"{page}: {len(texts)} In short boxes"
+    return texts[0]
+
+
+@pytest.mark.parametrize("page", ANSWER_FIRST)
+def test_in_short_box_is_short_and_plain(page):
+    """At most five sentences, about 20 words each on average, none over 40."""
+    words = [len(s.split()) for s in prose_sentences(in_short_box(page))]
+    assert len(words) <= 5 and sum(words) / len(words) <= 21 and max(words) <= 40, words
