@@ -19,6 +19,7 @@ Examples (from the repository root; `python` is the project's interpreter, e.g. 
   python scripts/run_successors.py --seed 0 1 2                           # the full protocol: 3 methods x 2 nets x 2 datasets
                                                                           # (at most ~8.5 core-hours: notebooks/successors.ipynb)
   python scripts/run_successors.py --method bop --arch 800 --dataset mnist
+  python scripts/run_successors.py --method ebp-tuned ebp-tuned-dropout --seed 0 1 2   # EBP tuned like them
   python scripts/run_successors.py --seed 0 1 2 --list                    # state of every run; runs nothing
 """
 from __future__ import annotations
@@ -30,13 +31,16 @@ import sys
 from reproduction import successors as sc
 from reproduction import tuned
 
-METHOD_NAMES = ("ste", "bop", "bayesbinn")  # successors.METHODS, without importing JAX to parse a command line
+SUCCESSOR_NAMES = ("ste", "bop", "bayesbinn")  # successors.METHODS, without importing JAX to parse a command line
+EBP_NAMES = ("ebp-tuned", "ebp-tuned-dropout")  # EBP on the successors' terms (successors.ebp)
+METHOD_NAMES = SUCCESSOR_NAMES + EBP_NAMES
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="run_successors.py", description=__doc__.split("\nExamples")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", nargs="+", choices=METHOD_NAMES, default=list(METHOD_NAMES))
+    parser.add_argument("--method", nargs="+", choices=METHOD_NAMES, default=list(SUCCESSOR_NAMES),
+                        help="default: the three successors; ebp-tuned (-dropout): EBP tuned like them")
     parser.add_argument("--arch", nargs="+", default=list(sc.ARCHITECTURES),
                         help="hidden sizes joined by '-' (default: the paper's 800 and 800-800)")
     parser.add_argument("--dataset", nargs="+", choices=sc.DATASETS, default=list(sc.DATASETS))
