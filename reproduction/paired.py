@@ -190,3 +190,84 @@ def coverage(n_sims: int = 400, n_images: int = 2000, n_seeds=(3, 3), alpha=(-2.
     rates = {name: float(h / n_sims) for name, h in hits.items()}
     return {"truth": truth, "n_sims": n_sims, "level": level, "coverage": rates,
             "binomial_se": math.sqrt(level * (1 - level) / n_sims)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The comparison's runs: their per-image predictions, every pair of methods on one data set and net
+# ----------------------------------------------------------------------------------------------------------
+
+OUTPUT_LABELS = {"deployed": "", "predictive": " predictive"}  # EBP-D / EBP-P for the tuned EBP runs
+EBP_OUTPUT_LABELS = {"deployed": "-D", "predictive": "-P"}
+
+
+def output_label(method: str, output: str) -> str:
+    """How a pair's side is named: the method, and its output where it has two ("bayesbinn predictive",
+    "ebp-tuned-P")."""
+    labels = EBP_OUTPUT_LABELS if method.startswith("ebp") else OUTPUT_LABELS
+    return method + labels[output]
+
+
+def run_predictions(results: list[dict], root) -> dict:
+    """{(dataset, net): {side label: {"seeds": [...], "predictions": seeds × images uint8}}} from the
+    predictions.npz beside every record of `results` (finished successor-harness records, e.g.
+    successors_report.load_successors) under `root`; a run without one is left out of its side (named)."""
+    from reproduction import successors as sc
+    from successors import evaluate
+    found: dict = {}
+    missing = []
+    for record in sorted(results, key=lambda r: r["parameters"]["seed"]):
+        p = record["parameters"]
+        path = sc.run_dir(p, root) / sc.PREDICTIONS_FILE
+        if not path.exists():
+            missing.append(str(path))
+            continue
+        for output, predicted in evaluate.load_predictions(path).items():
+            if output not in OUTPUT_LABELS:
+                continue
+            side = found.setdefault((p["dataset"], p["architecture"]), {}).setdefault(
+                output_label(p["method"], output), {"seeds": [], "predictions": []})
+            side["seeds"].append(p["seed"])
+            side["predictions"].append(predicted)
+    if missing:
+        print("without per-image predictions (left out of the paired intervals):\n  " + "\n  ".join(missing))
+    return {key: {label: {"seeds": side["seeds"], "predictions": np.stack(side["predictions"])}
+                  for label, side in sides.items()} for key, sides in found.items()}
+
+
+def pair_rows(groups: dict, labels: np.ndarray, n_boot: int = 1000, seed: int = 0, level: float = LEVEL) -> list[dict]:
+    """One row per pair of sides with at least 2 seeds each, per (dataset, net) of `groups` (run_predictions): A − B
+    in percentage points with the Welch interval (this test set), the images-and-seeds interval, the two-way
+    bootstrap's, and the exact rank facts. `labels`: the test labels of the data set ({dataset: labels} or one
+    array for all)."""
+    rows = []
+    for (dataset, net), sides in sorted(groups.items()):
+        y = labels[dataset] if isinstance(labels, dict) else labels
+        usable = {name: errors(side["predictions"], y) for name, side in sides.items() if len(side["seeds"]) >= 2}
+        for a, b in itertools.combinations(sorted(usable), 2):
+            c = compare(usable[a], usable[b], n_boot, seed, level)
+            pp = [100 * v for v in c["images_and_seeds"]["interval"]]
+            rows.append({"dataset": dataset, "net": net, "a": a, "b": b, "seeds": c["n_seeds"],
+                         "difference": 100 * c["images_and_seeds"]["estimate"],
+                         "welch": [100 * v for v in c["welch"]["interval"]], "images_and_seeds": pp,
+                         "bootstrap": [100 * v for v in c["bootstrap"]["interval"]],
+                         "se_seeds": 100 * c["images_and_seeds"]["se_seeds"],
+                         "se_images": 100 * c["images_and_seeds"]["se_images"],
+                         "separated": pp[0] > 0 or pp[1] < 0,
+                         "rank_p_two_sided": c["ranks"]["p_two_sided"],
+                         "smallest_rank_p": c["ranks"]["smallest_two_sided_p"]})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """The pairs as a markdown table: A − B (points of test error), the Welch interval (conditional on this test
+    set), the interval over images and seeds, the bootstrap's, the two SE terms and the exact rank p."""
+    lines = ["| data set | net | A | B | A − B | Welch 95% (this test set) | images and seeds 95% | two-way bootstrap "
+             "95% | SE seeds | SE images | rank p (smallest possible) |", "|" + "---|" * 11]
+    for r in rows:
+        def iv(v):
+            return f"[{v[0]:+.2f}, {v[1]:+.2f}]"
+        lines.append(f"| {r['dataset']} | [{r['net'].replace('-', ', ')}] | {r['a']} | {r['b']} | "
+                     f"{r['difference']:+.2f} | {iv(r['welch'])} | {iv(r['images_and_seeds'])} | "
+                     f"{iv(r['bootstrap'])} | {r['se_seeds']:.2f} | {r['se_images']:.2f} | "
+                     f"{r['rank_p_two_sided']:.2f} ({r['smallest_rank_p']:.2f}) |")
+    return "\n".join(lines)
