@@ -21,6 +21,7 @@ Examples (from the repository root; `python` is the project's interpreter, e.g. 
   python scripts/run_successors.py --method bop --arch 800 --dataset mnist
   python scripts/run_successors.py --method ebp-tuned ebp-tuned-dropout --seed 0 1 2   # EBP tuned like them
   python scripts/run_successors.py --seed 0 1 2 --list                    # state of every run; runs nothing
+  python scripts/run_successors.py --profile sensitivity --method ste --arch 800 --dataset fashion-mnist --seed 0 1 2
 """
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dataset", nargs="+", choices=sc.DATASETS, default=list(sc.DATASETS))
     parser.add_argument("--seed", nargs="+", type=int, default=[0], help="seeds (default 0)")
     parser.add_argument("--profile", choices=sc.PROFILES, default="tuned",
-                        help="tuned: the full protocol (default); smoke: a pipeline check in minutes, recorded as "
-                             "protocol 'smoke' under outputs/successors/smoke")
-    for name in ("grid_epochs", "max_epochs", "n_train", "n_validation", "mc_samples"):
+                        help="tuned: the full protocol (default); sensitivity: the grid scored after 10 epochs and "
+                             "stopping after 30 without a best (outputs/successors/sensitivity); smoke: a pipeline "
+                             "check in minutes, recorded as protocol 'smoke' under outputs/successors/smoke")
+    for name in ("grid_epochs", "max_epochs", "patience", "stop_patience", "n_train", "n_validation", "mc_samples"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
     parser.add_argument("--tune-seed", type=int, dest="tune_seed",
                         help="run the grid on this seed only and train the other seeds at its choice (default: "
@@ -64,8 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def select_jobs(args) -> list[tuple[dict, object]]:
     """(parameters, folder) of every selected run, all validated: seed by seed (increasing; with --tune-seed, that
     seed first, whose grid the others use), dataset, net, method."""
-    overrides = {k: getattr(args, k) for k in ("grid_epochs", "max_epochs", "n_train", "n_validation", "mc_samples",
-                                               "tune_seed")}
+    overrides = {k: getattr(args, k) for k in ("grid_epochs", "max_epochs", "patience", "stop_patience", "n_train",
+                                               "n_validation", "mc_samples", "tune_seed")}
     jobs = []
     for seed in sorted(set(args.seed), key=lambda s: (s != args.tune_seed, s)):
         for dataset in args.dataset:
