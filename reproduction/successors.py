@@ -1,5 +1,8 @@
 """EBP's successors beside it: STE / BinaryConnect, Bop and BayesBiNN (package successors) at a practitioner's
-protocol, on the paper's nets, resumable and recorded as the backprop baseline is (reproduction.backprop).
+protocol, on the paper's nets, resumable and recorded as the backprop baseline is (reproduction.backprop). EBP
+itself runs at the same protocol as methods "ebp-tuned" and "ebp-tuned-dropout" (successors.ebp: its own
+trainer, preprocessings and defaults, batch 10 and a grid over preprocessing x initial scale; the rules below
+unchanged): "EBP, tuned like the successors", beside the paper-protocol EBP runs.
 
 The protocol (`PROTOCOL`, with each method's grid `successors.<method>.GRID`), every choice made on a validation
 split of the training set and never on the test set:
@@ -25,6 +28,9 @@ NLL, ECE and reliability bins of its softmax; for BayesBiNN also the Monte Carlo
 w ~ q and the mean net. Times: training seconds per epoch (evaluation excluded) and to the best epoch, the grid's
 seconds, each as wall time and as the process's CPU time (core-seconds: with one thread, what an idle core would
 take, whatever else the machine runs), and the epochs to reach TARGET_ERROR (test error, the quantity EBP's records hold per epoch).
+
+Every finished run keeps its outputs' predicted class per test image (PREDICTIONS_FILE, uint8, no pickle:
+successors.evaluate.save_predictions), what a paired analysis over images and seeds needs (reproduction.paired).
 
 Runs are resumable: the grid per point (in result.json), training per epoch from checkpoint.npz (ebp_checkpoint:
 arrays and one JSON metadata text; array headers checked against the run before any data is read; no pickle).
