@@ -488,14 +488,14 @@ MAIN_TABLES = ((2, "main"), (3, "main"), (4, "main"))
 
 
 def _best(rows: list[dict], cells: dict, label: str) -> str:
-    """'2.12% (Table 3 [800,800]), ours 2.17 ± 0.11%': the paper's lowest number of row `label` in the finished
-    cells, and ours there."""
+    """'2.12%, ours 2.17 ± 0.11%': the paper's lowest number of row `label` in the finished cells, and ours
+    there."""
     judged = [r for r in rows if r["row"] == label and r["paper_error"] is not None
               and cells.get(cell_key(r)) is not None and cells[cell_key(r)].finished]
     row = min(judged, key=lambda r: r["paper_error"])
     cell = cells[cell_key(row)]
     ours = f"{cell.mean:.2f}" + ("" if cell.sd is None else f" ± {cell.sd:.2f}")
-    return f"{row['paper_error']:.2f}% (Table {row['table']} {row['column']}), ours {ours}%"
+    return f"{row['paper_error']:.2f}%, ours {ours}%"
 
 
 def in_short(rows: list[dict], variants: dict) -> list[str]:
@@ -516,18 +516,18 @@ def in_short(rows: list[dict], variants: dict) -> list[str]:
                 f"band."] if finished else []
     out = [f"Our {rule.LEVEL:.0%} band for one more run holds the paper's number in {sum(c[1] for c in counts)} "
            f"of {total} cells (" + "; ".join(f"Table {t}: {k}/{n}" for t, k, n in counts) + ")."]
-    out.append(f"Its best binary net errs {_best(rows, variants['main'], 'B-EBP-P')}; its best real net "
+    out.append(f"The paper's best binary net errs {_best(rows, variants['main'], 'B-EBP-P')}; its best real net "
                f"{_best(rows, variants['main'], 'R-EBP-P')}.")
     if "Table 4 held" in variants:
         judged, outside = judged_rows(4, rows, variants["Table 4 held"], variant_spreads(variants, "Table 4 held"))
         if judged:
-            out.append(f"Read as the paper's full matrix (non-connected weights held at h = 0), Table 4 fits in "
+            out.append(f"Under the full-matrix reading of its spatial layers, Table 4 fits in "
                        f"{len(judged) - len(outside)} of {len(judged)}.")
     found = [p for table, variant in MAIN_TABLES for p in patterns(table, rows, variants, variant)]
     if found:
-        first = re.sub(r" the paper in all \d+ cells,", "", found[0].split(" (")[0])
-        out.append(f"{len(found)} rows (or depths of a row) lie wholly on one side of the paper, e.g. "
-                   f"{first.replace(',', '', 1)}.")
+        first = re.sub(r"below the paper in all \d+ cells,", "lower",
+                       re.sub(r"above the paper in all \d+ cells,", "higher", found[0].split(" (")[0]))
+        out.append(f"{len(found)} rows lie wholly on one side of the paper, such as {first.replace(',', '', 1)}.")
     verdicts = [findings.verdict(f, findings.our_values(variants["main"]))["verdict"]
                 for f in findings.paper_findings()]
     out.append(f"Of the paper's {len(verdicts)} findings, our runs agree with {verdicts.count('agree')}, disagree "
