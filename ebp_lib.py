@@ -188,7 +188,7 @@ def check_architecture(architecture, input_side: int = 28) -> list[int]:
             side, channels = g.out_side, g.channels
             sizes.append(g.units)
         elif isinstance(spec, (tuple, list)) and len(spec) == 2 and spec[0] == "local":
-            if side is None:
+            if side is None or channels != 1:
                 raise ValueError(f"layer {k + 1}: a local layer must follow the image or another local layer")
             if not isinstance(spec[1], (int, np.integer)) or not 1 <= spec[1] <= side:
                 raise ValueError(f"layer {k + 1}: block size {spec[1]!r} must be an integer between 1 and the "
