@@ -34,7 +34,6 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
 
 # A convolutional layer in an architecture list: ("conv", kernel, channels, stride).
 CONV = "conv"
@@ -213,44 +212,3 @@ def folded(dense_increment: np.ndarray, g: Conv) -> np.ndarray:
         a, c = row * g.stride, col * g.stride
         total += dense[:, p, :, a:a + g.kernel, c:c + g.kernel]
     return total.reshape(g.channels, g.fan_in)
-
-
-def dense_equivalent(net):
-    """The ebp_lib network whose convolutional layers are replaced by the locally connected layers they equal
-    (unrolled kernels, masks "absent", one bias per unit): same μ, σ², Δ; its increments fold onto the kernels."""
-    import ebp_lib  # (ebp_lib imports this module)
-
-    layers = []
-    for layer in net.layers:
-        if layer.conv is None:
-            layers.append(ebp_lib.Layer(layer.h.copy(), layer.b.copy(), layer.mask, layer.held))
-        else:
-            h, mask = unrolled(layer.h, layer.conv)
-            layers.append(ebp_lib.Layer(h, per_unit(layer.b, layer.conv), mask.astype(h.dtype)))
-    return ebp_lib.Network(layers, net.weights, ["dense equivalent of", net.architecture], net.input_side,
-                           net.dropout, net.keep, net.mask_reading, net.real_update)
-
-
-def frozen_log_likelihood(net, fwd, y, k: int, m: np.ndarray) -> float:
-    """ln P(y) = Σ ln Φ(y μ_L/σ_L) as a function of layer k's mean weights m = ⟨W_k⟩ (numbered from 0), every σ²
-    held at the values of the forward pass `fwd` (ebp_lib.forward, no dropout): the function whose gradient EBP's
-    increment is (notebook 10). For finite differences on small networks."""
-    import ebp_lib
-
-    nu = fwd.inputs[k]
-    for j in range(k, len(net.layers)):
-        w_mean = m if j == k else fwd.w_mean[j]
-        mu = ebp_lib.mean_input(net.layers[j], nu, w_mean)
-        nu = special.erf(mu / np.sqrt(2.0 * fwd.sigma2[j]))
-    return float(np.sum(special.log_ndtr(y * mu / np.sqrt(fwd.sigma2[-1]))))
-
-
-def numerical_increment(net, fwd, y, k: int, eps: float = 1e-6) -> np.ndarray:
-    """∂ln P/∂⟨W_k⟩ of every weight of layer k by central differences of frozen_log_likelihood (error O(ε²))."""
-    base, grad = fwd.w_mean[k], np.zeros_like(fwd.w_mean[k])
-    for idx in np.ndindex(base.shape):
-        up, down = base.copy(), base.copy()
-        up[idx] += eps
-        down[idx] -= eps
-        grad[idx] = (frozen_log_likelihood(net, fwd, y, k, up) - frozen_log_likelihood(net, fwd, y, k, down)) / (2 * eps)
-    return grad

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import ebp_conv
+import ebp_conv_checks
 import ebp_data
 import ebp_lib
 
@@ -55,10 +56,10 @@ def test_patches_and_unpatch_are_adjoint():
 @pytest.mark.parametrize("weights", ebp_lib.WEIGHTS)
 def test_forward_equals_loop_over_positions(weights):
     """Every layer's μ and σ² equal the dense locally connected network whose rows are the kernel copied to each
-    position (ebp_conv.dense_equivalent), to 1e-12 relative."""
+    position (ebp_conv_checks.dense_equivalent), to 1e-12 relative."""
     net = random_net(weights)
     x, _ = small_data(5)
-    conv, dense = ebp_lib.forward(net, x), ebp_lib.forward(ebp_conv.dense_equivalent(net), x)
+    conv, dense = ebp_lib.forward(net, x), ebp_lib.forward(ebp_conv_checks.dense_equivalent(net), x)
     for a, b in zip(conv.mu + conv.sigma2, dense.mu + dense.sigma2):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
@@ -68,7 +69,7 @@ def test_step_equals_loop_over_positions_folded(weights):
     """One EBP step: Δ of every layer equals the dense equivalent's, and each kernel's increment equals the dense
     increments summed over the positions (ebp_conv.folded), the shared bias likewise (1e-12 relative)."""
     net = random_net(weights)
-    dense = ebp_conv.dense_equivalent(net)
+    dense = ebp_conv_checks.dense_equivalent(net)
     x, y = small_data(6)
     fwd_c, fwd_d = ebp_lib.forward(net, x), ebp_lib.forward(dense, x)
     d_c, d_d = ebp_lib.backward(net, fwd_c, y), ebp_lib.backward(dense, fwd_d, y)
@@ -90,13 +91,13 @@ def test_step_equals_loop_over_positions_folded(weights):
 @pytest.mark.parametrize("weights", ebp_lib.WEIGHTS)
 def test_step_is_gradient_with_frozen_variances(weights):
     """The increment of every kernel weight equals ∂ln P/∂⟨W⟩ by central differences, every σ² frozen at the
-    forward pass's values (ebp_conv.numerical_increment): 1e-7 relative to the largest entry (ε = 1e-6)."""
+    forward pass's values (ebp_conv_checks.numerical_increment): 1e-7 relative to the largest entry (ε = 1e-6)."""
     net = random_net(weights)
     x, y = small_data(4)
     fwd = ebp_lib.forward(net, x)
     incs = ebp_lib.increments(net, fwd, ebp_lib.backward(net, fwd, y))
     for k in range(len(net.layers)):
-        numeric = ebp_conv.numerical_increment(net, fwd, y, k)
+        numeric = ebp_conv_checks.numerical_increment(net, fwd, y, k)
         assert np.max(np.abs(incs[k] - numeric)) < 1e-7 * np.max(np.abs(numeric)), k
 
 
@@ -129,7 +130,7 @@ def test_ebp_d_equals_dense_equivalent(weights):
     """EBP-D of a conv net equals that of its dense equivalent with sign(h) kernels copied to every position."""
     net = random_net(weights)
     x, _ = small_data(8)
-    dense = ebp_conv.dense_equivalent(net)
+    dense = ebp_conv_checks.dense_equivalent(net)
     np.testing.assert_allclose(ebp_lib.output_ebp_d(net, x), ebp_lib.output_ebp_d(dense, x), rtol=1e-12)
 
 
