@@ -103,3 +103,23 @@ def test_fast_engine_refuses_conv_layers():
         ebp_train.train_epoch(net, x, y, 10, np.random.default_rng(0), engine="fast")
     with pytest.raises(ValueError, match="engine='jax'"):
         ebp_train.evaluate(net, x, y.argmax(axis=1), engine="fast")
+
+
+def test_fit_resumes_a_conv_run_from_its_checkpoint(tmp_path):
+    """ebp_train.fit on engine="jax": one epoch, then a second from the checkpoint, gives the kernels, biases and
+    history of two epochs in one go, exactly (the generator's state and the conv layers are saved)."""
+    x, y = small_data(60, seed=2)
+    data = ebp_data.Dataset("toy", "pixel", x[:40], y[:40], y[:40].argmax(axis=1), x[40:], y[40:], y[40:].argmax(axis=1))
+    architecture = [("conv", 3, 4, 2), ("conv", 2, 4, 1), 4]
+    straight, history = ebp_train.fit(ebp_lib.init_network(architecture, "binary", seed=1, input_side=7), data, 2,
+                                      seed=4, n_train_eval=0, engine="jax")
+    path = tmp_path / "checkpoint.npz"
+    ebp_train.fit(ebp_lib.init_network(architecture, "binary", seed=1, input_side=7), data, 1, seed=4,
+                  checkpoint=path, n_train_eval=0, engine="jax")
+    resumed, resumed_history = ebp_train.fit(ebp_lib.init_network(architecture, "binary", seed=1, input_side=7), data,
+                                             2, seed=4, checkpoint=path, n_train_eval=0, engine="jax")
+    for a, b in zip(resumed.layers, straight.layers):
+        np.testing.assert_array_equal(a.h, b.h)
+        np.testing.assert_array_equal(a.b, b.b)
+        assert a.conv == b.conv
+    assert [r["test_ebp_p"] for r in resumed_history] == [r["test_ebp_p"] for r in history]
