@@ -13,7 +13,8 @@ checkpoint and resume; `ebp_data.py` loads and standardises the data (notebook 0
 file format of saved networks and checkpoints; `ebp_fast.py` runs the same training steps in float32 as compiled
 (numba) loops (`engine="fast"`, the default; ebp_train.ENGINES); `ebp_checks.py` holds the Monte Carlo, finite-difference and
 exact-enumeration references that the tests and notebooks check this file against; `ebp_analysis.py` the
-notebooks' helpers for trained networks (learning curves, calibration, receptive fields).
+notebooks' helpers for trained networks (learning curves, calibration, receptive fields); `ebp_conv.py` the
+convolutional layer (notebook 11), to which the functions below dispatch a Layer whose `conv` is set.
 """
 from __future__ import annotations
 

@@ -76,7 +76,8 @@ def test_grad_with_frozen_variances_is_the_conv_ebp_step(weights, architecture, 
 @pytest.mark.parametrize("weights", ebp_lib.WEIGHTS)
 def test_float32_engine_alone_and_grouped(weights):
     """An epoch on engine="jax" (float32, one compiled call) stays within 1e-4 of the float64 reference engine's
-    epoch; two seeds trained side by side (ebp_jax.group_epoch, vmap) equal each seed trained alone to 1e-5."""
+    epoch; two seeds trained side by side (ebp_jax.group_epoch, vmap) equal each seed trained alone bit for bit
+    on the CPU (as tests/test_group.py holds dense groups)."""
     architecture = [("conv", 3, 4, 2), ("conv", 2, 4, 1), 4]
     x, y = small_data(60, seed=1)
     nets = {e: ebp_lib.init_network(architecture, weights, seed=3, input_side=7) for e in ("jax", "reference")}
@@ -91,7 +92,8 @@ def test_float32_engine_alone_and_grouped(weights):
     assert ebp_jax.group_epoch(group, x, y, 10, [np.random.default_rng(s) for s in (0, 1)]) == [None, None]
     for a_net, g_net in zip(alone, group):
         for a, g in zip(a_net.layers, g_net.layers):
-            np.testing.assert_allclose(g.h, a.h, atol=1e-5 * max(1.0, np.abs(a.h).max()))
+            np.testing.assert_array_equal(g.h, a.h)
+            np.testing.assert_array_equal(g.b, a.b)
     errors = ebp_train.evaluate(alone[0], x, y.argmax(axis=1), engine="jax")
     assert errors == ebp_train.evaluate(alone[0], x, y.argmax(axis=1), engine="reference")
 
