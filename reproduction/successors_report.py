@@ -370,3 +370,14 @@ def calibration_plot(ax, rows: list[dict], dataset: str) -> None:
     ax.set(xlabel="confidence (top class)", ylabel="accuracy", title=f"calibration, {dataset}", xlim=(0, 1),
            ylim=(0, 1))
     ax.legend(fontsize=8, loc="lower right")
+
+
+def paired_intervals(root, profile: str, data_dir=None, n_boot: int = 1000) -> list[dict]:
+    """For every pair of methods (and outputs) on the same test images, per data set and net: the difference with
+    the interval over seeds and test images beside the Welch interval, from the runs' per-image predictions
+    (reproduction.paired.pair_rows; paired.table prints them)."""
+    import ebp_data
+    from reproduction import paired
+    groups = paired.run_predictions(load_successors(root, profile), root)
+    labels = {dataset: ebp_data.load_raw(dataset, data_dir)["test_labels"] for dataset, _ in groups}
+    return paired.pair_rows(groups, labels, n_boot)
