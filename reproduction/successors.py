@@ -33,6 +33,7 @@ A result is labelled with its code's commit; a tree that differs from it is refu
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import time
 from pathlib import Path
@@ -295,6 +296,7 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
     x, y = data["x_test"], data["y_test"]
     packed = evaluate.packed_check(weights, best["real"], best["stats"], x, y)
     ebp_binary_format.save_packed(folder / NET_FILE, evaluate.fold(weights, best["real"], best["stats"]))
+    net_sha256 = hashlib.sha256((folder / NET_FILE).read_bytes()).hexdigest()  # the report checks the file by it
     outputs = {"deployed": mlp.softmax(mlp.predict_logits(weights, best["real"], best["stats"], x))}
     if params["method"] == "bayesbinn":
         key = trainer.jax.random.PRNGKey(params["seed"] + 2)
@@ -316,7 +318,7 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
                 "cpu_seconds_per_epoch": round(float(np.median(cpu_seconds)), 3),
                 "cpu_seconds_to_best_epoch": round(sum(cpu_seconds[:best_epoch]), 2)}),
             "target_error": target, "epochs_to_target": reached, "n_tuned": n_tuned(trainer.params),
-            "net_file": NET_FILE}
+            "net_file": NET_FILE, "net_sha256": net_sha256}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -326,16 +328,80 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
 PACKAGES = ("numpy", "jax", "jaxlib", "optax")
 
 
+def _number(value, low=0.0, high=math.inf) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and low <= value <= high
+
+
+RELIABILITY_BINS = 15  # successors.evaluate.ECE_BINS: the report pools the runs' bins one by one
+
+
+def _output_problems(name: str, output) -> list[str]:
+    """Why one probabilistic output of an evaluation (`outputs.<name>`) is not one evaluate_best writes."""
+    where = f"evaluation.outputs.{name}"
+    if not isinstance(output, dict):
+        return [f"{where}: not an object"]
+    problems = [f"{where}.{k}: {output.get(k)!r:.40} is not a number >= 0" for k in ("test_error", "nll", "ece")
+                if not _number(output.get(k))]
+    bins = output.get("reliability")
+    n = bins.get("bins") if isinstance(bins, dict) else None
+    if type(n) is not int or n != RELIABILITY_BINS or not _number(bins.get("ece")) or not all(
+            isinstance(bins.get(k), list) and len(bins[k]) == n for k in ("count", "confidence", "accuracy")) or not all(
+            type(c) is int and c >= 0 and (c == 0 or (_number(f) and _number(a)))
+            for c, f, a in zip(bins["count"], bins["confidence"], bins["accuracy"])):
+        problems.append(f"{where}.reliability: not a reliability record ({RELIABILITY_BINS} bins of count, "
+                        f"confidence and accuracy, and their ece)")
+    return problems
+
+
+def evaluation_problems(data: dict) -> list[str]:
+    """Why a finished successor record's evaluation (evaluate_best's) cannot be used, each naming its field: any field
+    the report reads missing or of the wrong type, and its numbers not the record's own: the best epoch's, the
+    packed net's error and the deployed net's equal to final.test_error (the best epoch's test error, itself the
+    history's: record_problems), no mismatch between packed and float inference, a net digest of 64 hex digits."""
+    e, final = data["evaluation"], data["final"] or {}
+    if not isinstance(e, dict):
+        return ["evaluation: a finished run has none"]
+    packed, outputs = e.get("packed"), e.get("outputs")
+    if not isinstance(packed, dict) or not isinstance(outputs, dict) or "deployed" not in outputs:
+        return ["evaluation: its packed and deployed results are missing"]
+    problems = [p for name, output in outputs.items() for p in _output_problems(name, output)]
+    for name in ("seconds_per_epoch", "seconds_to_best_epoch", "target_error"):
+        if not _number(e.get(name)):
+            problems.append(f"evaluation.{name}: {e.get(name)!r:.40} is not a number >= 0")
+    for name in ("cpu_seconds_per_epoch", "cpu_seconds_to_best_epoch"):
+        if name in e and not _number(e[name]):
+            problems.append(f"evaluation.{name}: {e[name]!r:.40} is not a number >= 0")
+    if e.get("best_epoch") != data["best_epoch"]:
+        problems.append(f"evaluation.best_epoch: {e.get('best_epoch')!r:.40}, but the record's is {data['best_epoch']}")
+    if not (e.get("epochs_to_target") is None or type(e.get("epochs_to_target")) is int) or \
+            type(e.get("n_tuned")) is not int:
+        problems.append("evaluation.epochs_to_target / n_tuned: not integers")
+    if packed.get("mismatches") != 0:
+        problems.append("evaluation.packed.mismatches: the packed net disagrees with the float evaluation")
+    test_error = final.get("test_error")
+    for where, value in (("packed.error", packed.get("error")),
+                         ("outputs.deployed.test_error", outputs["deployed"].get("test_error"))):
+        if not _number(value, 0, 1) or test_error is None or abs(value - test_error) > 1e-6:
+            problems.append(f"evaluation.{where}: {value!r:.40}, but the best epoch's test error (final.test_error, "
+                            f"its history) is {test_error!r}")
+    digest = e.get("net_sha256")
+    if digest is not None and not (isinstance(digest, str) and len(digest) == 64
+                                   and all(c in "0123456789abcdef" for c in digest)):
+        problems.append(f"evaluation.net_sha256: {digest!r:.80} is not a SHA-256 digest")
+    if e.get("net_file") != NET_FILE:
+        problems.append(f"evaluation.net_file: {e.get('net_file')!r:.40}, not {NET_FILE}")
+    return problems
+
+
 def successor_expected(data: dict) -> records.Expected | list[str]:
     """What a successor run record's parameters give (records.record_problems checks the record against it): as a
-    backprop record's (tuned.expected), and a finished run's packed net must agree with its float evaluation."""
+    backprop record's (tuned.expected), and a finished run's evaluation usable and holding the record's own numbers
+    (evaluation_problems)."""
     found = tuned.expected(data, lambda p: make_parameters(p.get("method"), p.get("dataset"), p.get("architecture"),
                                                            p.get("profile"), **{k: p.get(k) for k in OVERRIDABLE}),
                            protocol_label, describe_protocol)
-    if isinstance(found, records.Expected) and data["finished"] and (
-            (data["evaluation"] or {}).get("packed", {}).get("mismatches") != 0):
-        found = found._replace(problems=("evaluation.packed.mismatches: the packed net disagrees with the float "
-                                         "evaluation",))
+    if isinstance(found, records.Expected) and data["finished"]:
+        found = found._replace(problems=tuple(evaluation_problems(data)))
     return found
 
 
@@ -436,3 +502,52 @@ def run_state(folder, params: dict) -> str:
     return tuned.run_state(folder, params, len(grid_keys(params)), lambda result: (
         f"finished: test error {100 * result['evaluation']['packed']['error']:.2f}% (packed) at epoch "
         f"{result['best_epoch']} of {result['epochs_done']}"))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Evidence of a finished run's reported error: the saved net, by its digest or scored again
+# ----------------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=4)
+def _test_split(dataset: str, preprocessing: str, n_train, n_validation: int, data_dir=None):
+    """(x_test, y_test) of a run's split (backprop.load_split), kept for the next run of the same split."""
+    data = backprop.load_split({"dataset": dataset, "n_train": n_train, "n_validation": n_validation},
+                               preprocessing, data_dir)
+    return data["x_test"], data["y_test"]
+
+
+def rescore(record: dict, folder, data_dir=None) -> float:
+    """The test error of the packed net saved in folder/NET_FILE (ebp_binary.predict on the run's test split, with
+    the preprocessing its grid chose): what evaluation.packed.error must be."""
+    import ebp_binary
+    import ebp_binary_format
+
+    p = record["parameters"]
+    x, y = _test_split(p["dataset"], record["grid"]["chosen"]["preprocessing"], p["n_train"], p["n_validation"],
+                       data_dir)
+    packed = ebp_binary_format.load_packed(Path(folder) / NET_FILE)
+    return float(np.mean(ebp_binary.predict(packed, x, engine="auto") != y))
+
+
+def net_problems(record: dict, folder, data_dir=None) -> list[str]:
+    """Why the net saved beside a finished successor record (folder/NET_FILE) does not vouch for its reported
+    error: missing or unreadable, its digest not evaluation.net_sha256 where the record holds one, else (records
+    written before the digest) its re-scored test error (rescore) not evaluation.packed.error."""
+    path = Path(folder) / NET_FILE
+    evaluation = record["evaluation"]
+    try:
+        if evaluation.get("net_sha256") is not None:
+            if path.stat().st_size > records.MAX_JSON_BYTES:  # far above a [784,800,800,10] net's ~0.2 MB
+                return [f"{path}: {path.stat().st_size:,} bytes, more than any saved net; not read"]
+            if hashlib.sha256(path.read_bytes()).hexdigest() != evaluation["net_sha256"]:
+                return [f"{path}: not the net its record evaluated (its digest is not evaluation.net_sha256)"]
+            return []
+        error = rescore(record, folder, data_dir)
+    except FileNotFoundError:
+        return [f"{path}: missing: the record's test error has no net behind it"]
+    except (OSError, ValueError) as err:
+        return [f"{path}: cannot be scored ({type(err).__name__}: {err})"]
+    if abs(error - evaluation["packed"]["error"]) > 1e-9:
+        return [f"evaluation.packed.error: {evaluation['packed']['error']}, but {path} scores {error:.4f} on the test "
+                f"images"]
+    return []
