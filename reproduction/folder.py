@@ -105,6 +105,13 @@ def run_key(run_id: str, dropout: str | None = None, seed: int = 0,
             + (f"-{real_update}" if real_update != ebp_lib.DEFAULT_UPDATE else "") + (f"-seed{seed}" if seed else ""))
 
 
+def expected_run_folder(params: dict) -> str:
+    """The folder name (run_key) of a run of the experiment parameters `params`: its run id (<weights>-<architecture>,
+    -dropout for dropout runs, as reproduction.paper_tables names them) and its variants."""
+    run_id = f"{params['weights']}-{params['architecture']}" + ("-dropout" if params["dropout"] else "")
+    return run_key(run_id, params["dropout"], params["seed"], params["mask_reading"], params["real_update"])
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The folder's lock
 # ----------------------------------------------------------------------------------------------------------
@@ -460,8 +467,8 @@ class RunState:
     """What a run's folder holds: state is new, partial, finished, stale (a finished run of other parameters,
     left alone), corrupt (an unreadable checkpoint or result.json: `files`), inconsistent (result.json disagrees
     with itself, its checkpoint or its executed notebook: `problems`, each naming its field, and `files`),
-    unverified (a finished result.json without its evidence: evidence_problems) or newer (a record format newer
-    than this code: left alone); epochs done."""
+    unverified (a finished result.json without its evidence: evidence_problems) or newer (a record or checkpoint
+    format newer than this code: left alone); epochs done."""
     state: str
     epochs: int = 0
     problems: list = field(default_factory=list)
@@ -610,6 +617,8 @@ def job_state(job: dict) -> RunState:
     if checkpoint.exists():
         try:
             meta = checkpoint_meta(checkpoint)
+        except ebp_checkpoint.NewerCheckpointError as err:  # hours of training: never moved aside as corrupt
+            return RunState("newer", 0, [str(err)], [checkpoint])
         except ebp_checkpoint.CheckpointError as err:
             corrupt.append((checkpoint, str(err)))
     if corrupt:
@@ -659,7 +668,8 @@ def remove_temporaries(out) -> list[Path]:
     """Delete what an interrupted writer left in a run's folder (call it holding the folder's lock): the
     temporaries of write_atomically, ebp_lib.save_network and run_job's notebook."""
     out = Path(out)
-    leftovers = [p for pattern in (".*.tmp", f"{CHECKPOINT_FILE}.tmp.npz", ".experiment-*.tmp.ipynb")
+    leftovers = [p for pattern in (".*.tmp", ebp_checkpoint.temporary_name(CHECKPOINT_FILE, "*"),
+                                   f"{CHECKPOINT_FILE}.tmp.npz", ".experiment-*.tmp.ipynb")
                  for p in out.glob(pattern)]
     for path in leftovers:
         path.unlink(missing_ok=True)

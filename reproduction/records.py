@@ -487,6 +487,8 @@ def record_problems(data: dict) -> list[str]:
     planned = expected.planned_epochs
     if data["finished"] and (len(history) > planned if expected.may_stop_early else len(history) != planned):
         problems.append(f"finished: true after {len(history)} of its {planned} epochs")
+    elif len(history) > planned:  # an unfinished record cannot have trained past its plan
+        problems.append(f"epochs_done: {len(history)}, more than the {planned} its parameters plan")
     return problems + list(expected.problems)
 
 

@@ -42,6 +42,7 @@ import numpy as np
 
 import ebp_checkpoint
 from reproduction import backprop, records, tuned
+from reproduction.folder import RunBusyError, UnsafeLockError, open_output_dir, read_result
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "successors"
@@ -59,6 +60,10 @@ PROTOCOL = {"batch_size": 100, "preprocessing_grid": ["pixel", "unit"], "grid_ep
 PROFILES = {"tuned": {}, "smoke": {"n_train": 3000, "n_validation": 1000, "grid_epochs": 1, "max_epochs": 3,
                                    "patience": 1, "stop_patience": 2, "mc_samples": 4}}
 OVERRIDABLE = set(PROTOCOL) | {"grid"}
+# Bounds that a command line cannot pass (far beyond any net or seed of the protocol): a 10^9-unit layer would
+# exhaust memory, a seed beyond 32 bits overflow JAX's PRNGKey, both after the run's folder exists.
+MAX_HIDDEN, MAX_LAYERS, MAX_SEED = 100_000, 16, 2 ** 31 - 3
+CHECKPOINT_FORMAT = 1  # of a successor checkpoint's metadata; one without "format" is of format 1
 
 
 def methods() -> dict:
@@ -85,7 +90,14 @@ def make_parameters(method: str, dataset: str, architecture: str, profile: str =
     if set(grid) != set(module.GRID) or not all(grid.values()) or not all(
             math.isfinite(v) and v > 0 for values in grid.values() for v in values):
         raise ValueError(f"grid {p.get('grid')} must give positive values for exactly {sorted(module.GRID)}")
-    backprop.hidden_layers(architecture)
+    sizes = backprop.hidden_layers(architecture)
+    if max(sizes) > MAX_HIDDEN or len(sizes) > MAX_LAYERS:
+        raise ValueError(f"architecture {architecture!r}: at most {MAX_LAYERS} hidden layers of at most {MAX_HIDDEN:,} "
+                         f"units (the paper's nets have 800)")
+    seed = p["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed={seed!r} must be an integer in 0..{MAX_SEED:,} (JAX's keys are 32-bit, and a run "
+                         f"also uses seed + 2)")
     # the split, batch and schedule are checked as the backprop baseline checks them
     backprop.make_parameters(dataset, "tanh-800", **{k: p[k] for k in ("batch_size", "max_epochs", "patience",
                              "stop_patience", "n_validation", "n_train", "seed", "grid_epochs", "preprocessing_grid")})
@@ -262,15 +274,54 @@ def schedule_step(state: dict, validation_error: float, params: dict) -> bool:
 
 def save_checkpoint(path: Path, trainer: Trainer, state, best, schedule: dict) -> None:
     arrays = {**trainer.to_arrays(state, "state"), **trainer.to_arrays(best, "best")}
-    ebp_checkpoint.write_checkpoint(path, arrays, {"parameters": trainer.params, "schedule": schedule})
+    ebp_checkpoint.write_checkpoint(path, arrays, {"format": CHECKPOINT_FORMAT, "parameters": trainer.params,
+                                                   "schedule": schedule})
+
+
+def schedule_problems(schedule) -> list[str]:
+    """Why a checkpoint's schedule (run's loop state: epoch, decay, best epoch and its validation error, epochs
+    without a best, history, finished) cannot be resumed: a field missing or of the wrong type, a history not of
+    epochs 1..epoch, a best epoch outside it."""
+    if not isinstance(schedule, dict):
+        return ["its schedule is not an object"]
+    epoch, best, history = schedule.get("epoch"), schedule.get("best_epoch"), schedule.get("history")
+    problems = []
+    if type(epoch) is not int or epoch < 0:
+        return [f"schedule.epoch {epoch!r:.40} is not a count of epochs"]
+    if not _number(schedule.get("decay")) or not schedule["decay"] > 0:
+        problems.append("schedule.decay is not a positive number")
+    if type(schedule.get("epochs_without_best")) is not int or schedule["epochs_without_best"] < 0:
+        problems.append("schedule.epochs_without_best is not a count")
+    if type(schedule.get("finished")) is not bool:
+        problems.append("schedule.finished is not true or false")
+    if not isinstance(history, list) or len(history) != epoch or not all(
+            isinstance(h, dict) and h.get("epoch") == i + 1 for i, h in enumerate(history)):
+        problems.append(f"schedule.history does not hold epochs 1..{epoch}")
+    if best is None:
+        if epoch and schedule.get("best_validation_error") is not None:
+            problems.append("schedule.best_validation_error without a best epoch")
+    elif type(best) is not int or not 1 <= best <= epoch or not _number(schedule.get("best_validation_error"), 0, 1):
+        problems.append(f"schedule.best_epoch {best!r:.40} is not an epoch of 1..{epoch} with its validation error")
+    return problems
 
 
 def load_checkpoint(path: Path, trainer: Trainer):
-    """(state, best state, schedule) of `path`: the metadata's parameters and every array's header (name, shape,
-    dtype) checked against the run before its data is read, then finiteness of λ/weights. CheckpointError
-    (ebp_checkpoint's) naming the file and the fault."""
+    """(state, best state, schedule) of `path`: the metadata's format, schedule (schedule_problems), parameters and
+    every array's header (name, shape, dtype) checked against the run before its data is read, then finiteness of
+    λ/weights. CheckpointError (ebp_checkpoint's) naming the file and the fault; ValueError for a checkpoint of a
+    newer format (left alone, not moved aside)."""
     expected = {**trainer.expected_headers("state"), **trainer.expected_headers("best")}
     with ebp_checkpoint.open_checkpoint(path) as (meta, f, headers):
+        version = meta.get("format", 1) if isinstance(meta, dict) else None
+        if type(version) is int and version > CHECKPOINT_FORMAT:  # not a CheckpointError: never moved aside
+            raise ValueError(f"{path}: this checkpoint was written by a newer version of the project (format "
+                             f"{version}; this code reads up to {CHECKPOINT_FORMAT}); it is left alone: update the "
+                             f"code (git pull) to resume it")
+        if version != 1:
+            raise ebp_checkpoint.CheckpointError(f"{path}: format {version!r:.40} is not a successor checkpoint's")
+        found = schedule_problems(meta.get("schedule"))
+        if found:
+            raise ebp_checkpoint.CheckpointError(f"{path}: " + "; ".join(found))
         if meta.get("parameters") != trainer.params:
             raise ebp_checkpoint.CheckpointError(f"{path}: checkpoint of another run (its parameters differ)")
         for name, (shape, dtype) in expected.items():
@@ -425,7 +476,7 @@ def adopted_grid(params: dict, source, data_dir, echo, allow_dirty: bool) -> lis
     """The grid points of the run of seed `tune_seed` (folder `source`, beside this run's), its grid run first
     (run(..., stop_after_epochs=0): the grid only, its record saying so) where it is not complete."""
     source_params = tuning_params(params)
-    record = tuned.read_result(source)
+    record = read_result(source)
     if record is None or record.get("parameters") != source_params or (
             record["grid"]["chosen"] is None and not record.get("finished")):
         record = run(source_params, source, data_dir, echo, allow_dirty, stop_after_epochs=0)
@@ -438,8 +489,26 @@ def adopted_grid(params: dict, source, data_dir, echo, allow_dirty: bool) -> lis
 def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool = False,
         stop_after_epochs: int | None = None) -> dict:
     """Train one run to the end (or `stop_after_epochs` more epochs), resuming what `folder` holds; returns the
-    record written to folder/result.json. The checkpoint is removed once the finished record is written."""
+    record written to folder/result.json. The checkpoint is removed once the finished record is written. One
+    process at a time trains into a folder (its flock, as an EBP run's: folder.open_output_dir); a run another
+    process holds, or a failed write (a full disk: what was done stays, rerun to resume), is a ValueError naming it,
+    so that a batch reports it and goes on."""
     folder = Path(folder or run_dir(params))
+    try:
+        _, lock = open_output_dir(folder)
+    except (RunBusyError, UnsafeLockError) as err:
+        raise ValueError(str(err)) from None
+    try:
+        return _run_locked(params, folder, data_dir, echo, allow_dirty, stop_after_epochs)
+    except OSError as err:
+        raise ValueError(f"{folder}: {err}; what was done is kept (result.json and the checkpoint of the last "
+                         f"epoch): free the space and run again to resume") from err
+    finally:
+        lock.close()
+
+
+def _run_locked(params: dict, folder: Path, data_dir, echo, allow_dirty: bool, stop_after_epochs: int | None) -> dict:
+    """run's work, holding the folder's lock."""
     session = tuned.Session(folder, params, allow_dirty, make_record)
     if session.previous and session.previous.get("finished"):
         return session.previous
@@ -498,7 +567,13 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
 
 
 def run_state(folder, params: dict) -> str:
-    """A short description of a run folder's progress, for the script's --list (tuned.run_state)."""
+    """A short description of a run folder's progress, for the script's --list (tuned.run_state); a record of this
+    run that is inconsistent (a malformed evaluation included) says so, naming its first problem."""
+    result = read_result(folder)
+    if result is not None and result.get("parameters") == params:
+        problems = records.record_problems(result)
+        if problems:
+            return f"inconsistent result.json ({problems[0]})"
     return tuned.run_state(folder, params, len(grid_keys(params)), lambda result: (
         f"finished: test error {100 * result['evaluation']['packed']['error']:.2f}% (packed) at epoch "
         f"{result['best_epoch']} of {result['epochs_done']}"))

@@ -82,8 +82,8 @@ class VerifyError(RuntimeError):
 # A commit is named by its full SHA-1: anything else in a record (an abbreviation, a branch, '--output=FILE') could
 # mean another object, or an option to git.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
-# The branch every replayed commit must be an ancestor of (HEAD where the checkout has no such branch: a detached CI
-# clone): a commit on a deleted or foreign branch ran code nobody merged.
+# The branch every replayed commit must be an ancestor of, or else of the checked-out HEAD (the code running the
+# replay, e.g. a branch about to be merged): a commit on a deleted or foreign branch ran code nobody merged.
 MAIN_BRANCH = "main"
 # How long a replay may run before it is stopped (a cell that never returns must not hang the command): generous for
 # the slowest paper-protocol epoch measured (a [784,800,800,10] net with sampled dropout, about 25 minutes on one
@@ -95,10 +95,10 @@ def _git(repo, *args) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
 
 
-def main_ref(repo=REPO) -> str:
-    """MAIN_BRANCH if the repository has it, else HEAD."""
+def main_refs(repo=REPO) -> list[str]:
+    """The refs a replayed commit must be reachable from (one of): MAIN_BRANCH where the repository has it, and HEAD."""
     found = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"refs/heads/{MAIN_BRANCH}")
-    return MAIN_BRANCH if found.returncode == 0 else "HEAD"
+    return ([MAIN_BRANCH] if found.returncode == 0 else []) + ["HEAD"]
 
 
 def check_commit_id(commit, where: str) -> str:
@@ -111,16 +111,16 @@ def check_commit_id(commit, where: str) -> str:
 
 def resolve_commit(commit, repo=REPO, where: str = "the commit") -> str:
     """`commit` once it is known to be a full commit id (check_commit_id) that names a commit object of `repo`
-    (git rev-parse --verify, the id passed after --end-of-options) reachable from its main branch (main_ref:
-    git merge-base --is-ancestor, after --); VerifyError saying which test failed and how to fix it."""
+    (git rev-parse --verify, the id passed after --end-of-options) reachable from its main branch or its HEAD
+    (main_refs: git merge-base --is-ancestor, after --); VerifyError saying which test failed and how to fix it."""
     commit = check_commit_id(commit, where)
     found = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{commit}^{{commit}}")
     if found.returncode != 0 or found.stdout.strip() != commit:
         raise VerifyError(f"{where} {commit} is not a commit of the repository at {repo}; fetch it first")
-    main = main_ref(repo)
-    if _git(repo, "merge-base", "--is-ancestor", "--", commit, main).returncode != 0:
-        raise VerifyError(f"{where} {commit} is not an ancestor of {main}: its code was never merged (a deleted or "
-                          f"foreign branch), so a replay would run code nobody reviewed")
+    refs = main_refs(repo)
+    if not any(_git(repo, "merge-base", "--is-ancestor", "--", commit, ref).returncode == 0 for ref in refs):
+        raise VerifyError(f"{where} {commit} is not an ancestor of {' or '.join(refs)}: its code was never merged (a "
+                          f"deleted or foreign branch), so a replay would run code nobody reviewed")
     return commit
 
 
