@@ -305,18 +305,15 @@ def schedule_problems(schedule) -> list[str]:
     return problems
 
 
-def load_checkpoint(path: Path, trainer: Trainer):
-    """(state, best state, schedule) of `path`: the metadata's format, schedule (schedule_problems), parameters and
-    every array's header (name, shape, dtype) checked against the run before its data is read, then finiteness of
-    λ/weights. CheckpointError (ebp_checkpoint's) naming the file and the fault; ValueError for a checkpoint of a
-    newer format (left alone, not moved aside)."""
+def _read_checkpoint(path: Path, trainer: Trainer) -> tuple[dict, dict]:
+    """load_checkpoint's reading: (metadata, arrays), every check made before the arrays' data is read."""
     expected = {**trainer.expected_headers("state"), **trainer.expected_headers("best")}
     with ebp_checkpoint.open_checkpoint(path) as (meta, f, headers):
         version = meta.get("format", 1) if isinstance(meta, dict) else None
-        if type(version) is int and version > CHECKPOINT_FORMAT:  # not a CheckpointError: never moved aside
-            raise ValueError(f"{path}: this checkpoint was written by a newer version of the project (format "
-                             f"{version}; this code reads up to {CHECKPOINT_FORMAT}); it is left alone: update the "
-                             f"code (git pull) to resume it")
+        if type(version) is int and version > CHECKPOINT_FORMAT:
+            raise ebp_checkpoint.NewerCheckpointError(
+                f"{path}: this checkpoint was written by a newer version of the project (format {version}; this code "
+                f"reads up to {CHECKPOINT_FORMAT}); it is left alone: update the code (git pull) to resume it")
         if version != 1:
             raise ebp_checkpoint.CheckpointError(f"{path}: format {version!r:.40} is not a successor checkpoint's")
         found = schedule_problems(meta.get("schedule"))
@@ -327,7 +324,18 @@ def load_checkpoint(path: Path, trainer: Trainer):
         for name, (shape, dtype) in expected.items():
             if name not in headers or headers[name][:2] != (shape, dtype):
                 raise ebp_checkpoint.CheckpointError(f"{path}: array {name} is missing or not {dtype}{list(shape)}")
-        arrays = {name: f[name] for name in expected}
+        return meta, {name: f[name] for name in expected}
+
+
+def load_checkpoint(path: Path, trainer: Trainer):
+    """(state, best state, schedule) of `path`: the metadata's format, schedule (schedule_problems), parameters and
+    every array's header (name, shape, dtype) checked against the run before its data is read, then finiteness of
+    λ/weights. CheckpointError (ebp_checkpoint's) naming the file and the fault; ValueError for a checkpoint of a
+    newer format (left alone, not moved aside)."""
+    try:
+        meta, arrays = _read_checkpoint(path, trainer)
+    except ebp_checkpoint.NewerCheckpointError as err:  # a ValueError, not a CheckpointError: never moved aside
+        raise ValueError(str(err)) from None
     if not all(np.isfinite(a).all() for a in arrays.values() if a.dtype.kind == "f"):
         raise ebp_checkpoint.CheckpointError(f"{path}: holds non-finite values")
     return trainer.from_arrays(arrays, "state"), trainer.from_arrays(arrays, "best"), meta["schedule"]
@@ -416,6 +424,8 @@ def evaluation_problems(data: dict) -> list[str]:
     if not isinstance(packed, dict) or not isinstance(outputs, dict) or "deployed" not in outputs:
         return ["evaluation: its packed and deployed results are missing"]
     problems = [p for name, output in outputs.items() for p in _output_problems(name, output)]
+    if problems:
+        return problems
     for name in ("seconds_per_epoch", "seconds_to_best_epoch", "target_error"):
         if not _number(e.get(name)):
             problems.append(f"evaluation.{name}: {e.get(name)!r:.40} is not a number >= 0")
