@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import functools
 import json
 import os
 import re
@@ -220,13 +221,15 @@ def notebook_parameter_names(notebook) -> set[str]:
     return set()
 
 
-def committed_parameter_names(commit: str, repo=REPO) -> set[str]:
-    """notebook_parameter_names of `commit`'s experiment notebook, read from git without exporting the tree."""
+@functools.lru_cache(maxsize=256)
+def committed_parameter_names(commit: str, repo=REPO) -> frozenset[str]:
+    """notebook_parameter_names of `commit`'s experiment notebook, read from git without exporting the tree (a
+    commit's tree never changes: kept for the next record of the same commit)."""
     shown = subprocess.run(["git", "-C", str(repo), "show", f"{check_commit_id(commit, 'the commit')}:{NOTEBOOK}"],
                            capture_output=True, timeout=60)
     if shown.returncode != 0:
         raise VerifyError(f"commit {commit} has no {NOTEBOOK}: there is no experiment to replay")
-    return notebook_parameter_names(parse_json(shown.stdout, f"{commit}:{NOTEBOOK}"))
+    return frozenset(notebook_parameter_names(parse_json(shown.stdout, f"{commit}:{NOTEBOOK}")))
 
 
 def replay_parameters(record: dict, known: set[str], k: int, output_dir: str) -> tuple[dict, list[str]]:
@@ -386,6 +389,48 @@ def verify_sessions(run_dir, tolerance: float = TOLERANCE, timeout: float | None
     return out
 
 
+def train_today(params: dict, engine: str, k: int) -> list[dict]:
+    """The first `k` epochs of an experiment of `params` trained by this checkout's code, in this process, as the
+    experiment notebook trains it (RunConfig, its data and network, ebp_train.fit): what a record of today's code
+    would hold. Parameters pass through RunConfig.of, never into code."""
+    import ebp_train
+    from reproduction.parameters import RunConfig
+
+    config = RunConfig.of({**params, "epochs": k, "output_dir": None})
+    _, history = ebp_train.fit(config.network(), config.load_data(), k, config.batch_size, config.seed,
+                               engine=validate_engine(engine), run_config=config.checkpoint_config())
+    return history[:k]
+
+
+def verify_today(run_dir, k: int = 1, tolerance: float = TOLERANCE) -> tuple[list[dict], str]:
+    """The first `k` epochs of the record in `run_dir` (checked whole, check_record) retrained by today's code
+    (train_today) and compared (compare): whether the code has drifted from what trained it. Writes nothing."""
+    path = Path(run_dir) / RESULT_FILE
+    _, record = read_record_bounded(path)
+    check_record(record, k, path)
+    return compare(record["history"][:k], train_today(record["parameters"], record["engine"], k), tolerance)
+
+
+# The training images of a drift fixture (tests/test_drift.py): few enough that today's code trains one epoch of every
+# variant in seconds, the same first images for the recorded commit and for today's code.
+FIXTURE_IMAGES = 500
+
+
+def fixture_entry(run_dir, n_train: int = FIXTURE_IMAGES, timeout: float | None = None, repo=REPO) -> dict:
+    """A drift fixture of the record in `run_dir`: its configuration on its first `n_train` training images, one
+    epoch trained by the record's own commit (replay, that commit's notebook in a fresh process), and the four
+    errors it gave. tests/test_drift.py trains the same with today's code and requires the same four numbers."""
+    planned = plan(run_dir, 1, repo)
+    record = planned["record"]
+    small = {**record, "parameters": {**record["parameters"], "n_train": n_train}}
+    with tempfile.TemporaryDirectory(prefix="ebp-verify-") as tmp:
+        history, _ = replay(small, 1, Path(tmp), planned["commit"], None, timeout)
+    return {"record": "/".join(Path(run_dir).resolve().parts[-2:]), "commit": planned["commit"],
+            "engine": record["engine"], "parameters": {k: v for k, v in small["parameters"].items()
+                                                       if k not in ("epochs", "output_dir")},
+            "epoch_1": {key: history[0][key] for key in HISTORY_ERRORS["ebp"]}}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reproduction.verify", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN_FOLDER", help="run folders, each holding a result.json")
@@ -397,6 +442,9 @@ def main(argv=None) -> int:
     mode.add_argument("--check", action="store_true",
                       help="run nothing: say for each record whether it can be replayed (its commit, the parameters "
                            "that commit is given and those dropped) or exactly why not")
+    mode.add_argument("--today", action="store_true",
+                      help="retrain the first k epochs with this checkout's code (in this process) instead of the "
+                           "recorded commit's, and compare: has the code drifted? Writes nothing")
     mode.add_argument("--sessions", action="store_true",
                       help="replay the first epoch of each stretch of the run (each entry of its sessions) with the "
                            "commit that trained it; writes no verification.json")
@@ -409,6 +457,8 @@ def main(argv=None) -> int:
         return check_command(args.runs, args.epochs)
     if args.sessions:
         return sessions_command(args.runs, args.timeout)
+    if args.today:
+        return today_command(args.runs, args.epochs)
     verdicts = {}
     for run in args.runs:
         try:
@@ -441,6 +491,21 @@ def check_command(runs, k: int) -> int:
             print(f"{run}: not replayable: {err}", flush=True)
     print(f"{len(runs) - len(reasons)} of {len(runs)} records can be replayed; {len(reasons)} cannot (reasons above)")
     return 0 if not reasons else 1
+
+
+def today_command(runs, k: int) -> int:
+    """--today: verify_today of each run, one line each; 0 if every record agreed with today's code."""
+    bad = 0
+    for run in runs:
+        try:
+            epochs, verdict = verify_today(run, k)
+            worst = max(e["largest_difference"] for e in epochs)
+            print(f"{run}: {verdict} with today's code ({k} epoch(s), largest difference {worst:.4f})", flush=True)
+        except (OSError, RecordError, VerifyError, ParameterError) as err:
+            verdict = "failed"
+            print(f"{run}: not replayed: {err}", flush=True)
+        bad += verdict not in ("exact", "agrees")
+    return 0 if not bad else 1
 
 
 def sessions_command(runs, timeout) -> int:

@@ -1,0 +1,90 @@
+"""Today's code against the code that trained the records, so that drift can never go unnoticed.
+
+Almost every record was trained by a commit whose training files differ from today's. For each variant of the
+records (data set, table, dropout reading, mask reading, real-weight update, weights) the fixture
+tests/drift_fixtures.json holds one record's configuration on its first FIXTURE_IMAGES (500) training images and the
+four errors of its first epoch as the record's own commit computed them (python tests/test_drift.py regenerates
+it: reproduction.verify.fixture_entry, that commit's notebook in a fresh process). Today's code must give the same
+four numbers exactly. What it covers: every code path a variant's epoch takes (network, update, dropout, masks,
+engine, seed, the data's preprocessing), on 500 training images instead of 60,000 or 8,000; a full epoch of each
+variant is `python -m reproduction.verify --today RUN_FOLDER`. A second test replays epoch 1 of real quick records
+(8,000 images) exactly, one per Table 2-4 variant and weights.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from reproduction import parameters, records, verify
+
+FIXTURES = Path(__file__).with_name("drift_fixtures.json")
+RUNS = records.REPO / "outputs" / "runs"
+# One quick record per (table, dropout reading, weights): Tables 2, 3 (sampled and analytic) and 4, binary and real.
+QUICK_RECORDS = ("binary-200", "real-200", "binary-200-dropout-sampled", "real-200-dropout-sampled",
+                 "binary-200-dropout-analytic", "real-200-dropout-analytic", "binary-block17", "real-block17")
+
+
+def variant(params: dict) -> tuple:
+    """(data set, table, dropout reading, mask reading, update, weights) of a record's parameters."""
+    table = 4 if parameters.is_spatial(params["architecture"]) else (3 if params["dropout"] else 2)
+    return (params["dataset"], table, params["dropout"], params["mask_reading"], params["real_update"],
+            params["weights"])
+
+
+def hidden_units(architecture: str) -> int:
+    """The hidden units of a paper architecture (a cost measure: the cheapest record of a variant is its fixture)."""
+    return sum(spec if isinstance(spec, int) else (parameters.INPUT_SIDE - spec[1] + 1) ** 2
+               for spec in parameters.architecture_layers(architecture)[:-1])
+
+
+def cheapest_per_variant(runs=RUNS) -> dict[tuple, Path]:
+    """{variant: run folder} of the finished records with the fewest hidden units per variant (seed 0 first)."""
+    found = collections.defaultdict(list)
+    for path in sorted(Path(runs).glob("*/*/result.json")):
+        record = records.read_record(path)
+        if record["finished"] and record["method"] == "ebp":
+            p = record["parameters"]
+            found[variant(p)].append((hidden_units(p["architecture"]), p["seed"], path.parent))
+    return {key: min(entries)[2] for key, entries in found.items()}
+
+
+def regenerate(out=FIXTURES) -> None:
+    """Write tests/drift_fixtures.json: fixture_entry of the cheapest record of every variant (minutes: one fresh
+    kernel per variant, running its own commit's code)."""
+    entries = []
+    for key, run_dir in sorted(cheapest_per_variant().items(), key=str):
+        entries.append(verify.fixture_entry(run_dir))
+        print(key, entries[-1]["record"], entries[-1]["epoch_1"], flush=True)
+    records.write_json(out, {"images": verify.FIXTURE_IMAGES, "fixtures": entries})
+
+
+def _fixtures() -> list[dict]:
+    return json.loads(FIXTURES.read_text())["fixtures"] if FIXTURES.exists() else []
+
+
+def test_the_fixture_holds_one_record_of_every_variant_of_the_records():
+    """A variant without a fixture would drift unseen: every variant the committed records hold has one."""
+    fixtures = {variant(parameters.validate_parameters(f["parameters"])) for f in _fixtures()}
+    assert set(cheapest_per_variant()) <= fixtures
+
+
+@pytest.mark.parametrize("fixture", _fixtures(), ids=lambda f: f["record"])
+def test_todays_code_gives_each_variants_first_epoch_as_its_recorded_commit_did(fixture, real_data_dir, monkeypatch):
+    monkeypatch.setenv("EBP_DATA_DIR", str(real_data_dir))
+    replayed = verify.train_today(fixture["parameters"], fixture["engine"], 1)[0]
+    assert {k: replayed[k] for k in records.HISTORY_ERRORS["ebp"]} == fixture["epoch_1"], fixture["commit"]
+
+
+@pytest.mark.parametrize("run", QUICK_RECORDS)
+def test_todays_code_replays_epoch_1_of_a_quick_record_exactly(run, real_data_dir, monkeypatch):
+    monkeypatch.setenv("EBP_DATA_DIR", str(real_data_dir))
+    epochs, verdict = verify.verify_today(RUNS / "quick" / run, 1)
+    assert verdict == "exact", epochs
+
+
+if __name__ == "__main__":
+    sys.exit(regenerate())
