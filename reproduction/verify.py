@@ -57,6 +57,7 @@ from reproduction.records import (
     RecordError,
     cpu_flags,
     cpu_model,
+    git_state,
     package_versions,
     parse_json,
     parse_record,
@@ -412,23 +413,28 @@ def verify_today(run_dir, k: int = 1, tolerance: float = TOLERANCE) -> tuple[lis
 
 
 # The training images of a drift fixture (tests/test_drift.py): few enough that today's code trains one epoch of every
-# variant in seconds, the same first images for the recorded commit and for today's code.
+# variant in seconds.
 FIXTURE_IMAGES = 500
 
 
-def fixture_entry(run_dir, n_train: int = FIXTURE_IMAGES, timeout: float | None = None, repo=REPO) -> dict:
-    """A drift fixture of the record in `run_dir`: its configuration on its first `n_train` training images, one
-    epoch trained by the record's own commit (replay, that commit's notebook in a fresh process), and the four
-    errors it gave. tests/test_drift.py trains the same with today's code and requires the same four numbers."""
-    planned = plan(run_dir, 1, repo)
-    record = planned["record"]
-    small = {**record, "parameters": {**record["parameters"], "n_train": n_train}}
-    with tempfile.TemporaryDirectory(prefix="ebp-verify-") as tmp:
-        history, _ = replay(small, 1, Path(tmp), planned["commit"], None, timeout)
-    return {"record": "/".join(Path(run_dir).resolve().parts[-2:]), "commit": planned["commit"],
-            "engine": record["engine"], "parameters": {k: v for k, v in small["parameters"].items()
-                                                       if k not in ("epochs", "output_dir")},
-            "epoch_1": {key: history[0][key] for key in HISTORY_ERRORS["ebp"]}}
+def fixture_entry(run_dir, n_train: int = FIXTURE_IMAGES) -> dict:
+    """A drift fixture of the record in `run_dir`, anchored to the record: its own first epoch (all its training
+    images) retrained by today's code must equal the recorded one exactly (verify_today; VerifyError if not), and
+    then its configuration on its first `n_train` training images is trained one epoch by the same code and the four
+    errors kept. tests/test_drift.py trains the small one again and requires the same four numbers: a change of the
+    code that moves any of them fails there in seconds, where the anchor takes a full epoch."""
+    epochs, verdict = verify_today(run_dir, 1)
+    if verdict != "exact":
+        raise VerifyError(f"{run_dir}: today's code does not replay its first epoch exactly ({verdict}, largest "
+                          f"difference {epochs[0]['largest_difference']}): no fixture from it")
+    _, record = read_record_bounded(Path(run_dir) / RESULT_FILE)
+    params = {k: v for k, v in record["parameters"].items() if k not in ("epochs", "output_dir")}
+    small = train_today({**params, "n_train": n_train}, record["engine"], 1)[0]
+    return {"record": "/".join(Path(run_dir).resolve().parts[-2:]), "record_commit": replay_commit(record, 1),
+            "anchored_by": git_state()["git_commit"], "engine": record["engine"], "epoch_1_of_record":
+            {key: record["history"][0][key] for key in HISTORY_ERRORS["ebp"]},
+            "parameters": {**params, "n_train": n_train},
+            "epoch_1": {key: small[key] for key in HISTORY_ERRORS["ebp"]}}
 
 
 def main(argv=None) -> int:

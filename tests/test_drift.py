@@ -2,13 +2,14 @@
 
 Almost every record was trained by a commit whose training files differ from today's. For each variant of the
 records (data set, table, dropout reading, mask reading, real-weight update, weights) the fixture
-tests/drift_fixtures.json holds one record's configuration on its first FIXTURE_IMAGES (500) training images and the
-four errors of its first epoch as the record's own commit computed them (python tests/test_drift.py regenerates
-it: reproduction.verify.fixture_entry, that commit's notebook in a fresh process). Today's code must give the same
-four numbers exactly. What it covers: every code path a variant's epoch takes (network, update, dropout, masks,
-engine, seed, the data's preprocessing), on 500 training images instead of 60,000 or 8,000; a full epoch of each
-variant is `python -m reproduction.verify --today RUN_FOLDER`. A second test replays epoch 1 of real quick records
-(8,000 images) exactly, one per Table 2-4 variant and weights.
+tests/drift_fixtures.json holds one record, anchored: the commit that wrote the fixture (anchored_by) retrained that
+record's first epoch on all its training images and got its four recorded errors exactly; then trained the record's
+configuration for one epoch on its first FIXTURE_IMAGES (500) training images and kept the four errors. Today's code
+must give those four numbers exactly (python tests/test_drift.py regenerates the fixture, a full epoch per variant:
+reproduction.verify.fixture_entry). What it covers: every code path a variant's epoch takes (network, update,
+dropout, masks, engine, seed, the data's preprocessing) on 500 training images; the full epoch of any record is
+`python -m reproduction.verify --today RUN_FOLDER`. A second test replays epoch 1 of real quick records (8,000
+images) exactly, one per Table 2-4 variant and weights: today's code against the records of their own commit.
 """
 from __future__ import annotations
 
@@ -53,8 +54,7 @@ def cheapest_per_variant(runs=RUNS) -> dict[tuple, Path]:
 
 
 def regenerate(out=FIXTURES) -> None:
-    """Write tests/drift_fixtures.json: fixture_entry of the cheapest record of every variant (minutes: one fresh
-    kernel per variant, running its own commit's code)."""
+    """Write tests/drift_fixtures.json: fixture_entry of the cheapest record of every variant (a full epoch each)."""
     entries = []
     for key, run_dir in sorted(cheapest_per_variant().items(), key=str):
         entries.append(verify.fixture_entry(run_dir))
@@ -76,7 +76,7 @@ def test_the_fixture_holds_one_record_of_every_variant_of_the_records():
 def test_todays_code_gives_each_variants_first_epoch_as_its_recorded_commit_did(fixture, real_data_dir, monkeypatch):
     monkeypatch.setenv("EBP_DATA_DIR", str(real_data_dir))
     replayed = verify.train_today(fixture["parameters"], fixture["engine"], 1)[0]
-    assert {k: replayed[k] for k in records.HISTORY_ERRORS["ebp"]} == fixture["epoch_1"], fixture["commit"]
+    assert {k: replayed[k] for k in records.HISTORY_ERRORS["ebp"]} == fixture["epoch_1"], fixture["record"]
 
 
 @pytest.mark.parametrize("run", QUICK_RECORDS)
