@@ -3,16 +3,27 @@
     python -m reproduction.verify RUN_FOLDER... [--epochs k]        (make verify RUNS="RUN_FOLDER...")
 
 A record's provenance (its git_commit, what a session says of the machine's checkout) is written by the machine
-that ran it; a replay demonstrates it. For each run folder: read result.json; take the commit of the session that
-trained its first k epochs; export that commit (git archive: the repository's own .git and work tree are not
-touched) into a temporary folder; execute that commit's experiment notebook with papermill from the record's
-parameters and seed, k epochs, its engine, into a temporary output folder, with PYTHONPATH at the export so that
-the commit's code runs (checked: the kernel's ebp_lib must come from the export); compare, epoch by epoch, the four
-errors (test and training, EBP-P and EBP-D) with the record's. The verdict is "exact" when all are equal, "agrees"
-when each differs by at most TOLERANCE, else "disagrees". verification.json, written into the run folder, holds
-the commit, k, the machine, both histories, the verdict and the SHA-256 of the result.json it replayed: a finished
-record without its executed notebook is published only with such a record (folder.evidence_problems), and only
-while result.json is byte for byte the file replayed.
+that ran it; a replay demonstrates it. For each run folder: read result.json (its size checked first) and check it
+whole before anything runs (check_record): its parameters exactly the experiment's names with valid values, the record
+consistent with them, every commit it names a full 40-hex id; take the commit of the session that trained its first
+k epochs and resolve it (git rev-parse --verify, the id after --end-of-options: a commit of this repository, reachable
+from main or HEAD, never a deleted branch's); export that commit (git archive, the id after --: the repository's own
+.git and work tree are not touched) into a temporary folder; execute that commit's experiment notebook with papermill
+from the record's parameters as that commit knew them (replay_parameters: a parameter added later, at the default its
+code hard-wired, is dropped; one at another value fails the replay, since that commit cannot have trained it), k
+epochs, its engine, into a temporary output folder, with PYTHONPATH at the export so that the commit's code runs
+(checked: the kernel's ebp_lib must come from the export), stopped after --timeout seconds; compare, epoch by epoch,
+the four errors (test and training, EBP-P and EBP-D) with the record's. The verdict is "exact" when all are equal,
+"agrees" when each differs by at most TOLERANCE, else "disagrees". verification.json, written into the run folder,
+holds the commit, k, the machine, both histories, the verdict and the SHA-256 of the result.json it replayed. It
+vouches for those k epochs only (folder.verification_problems checks its format, kind, commit, epochs and recorded
+history against the record, and judges its numbers, not its verdict): a finished record without its executed notebook
+is published only with a replay of all its epochs, and only while result.json is byte for byte the file replayed.
+
+--check runs nothing and says, per record, which commit would replay it and which parameters it drops, or exactly
+why it cannot be replayed; --sessions replays the first epoch of each stretch of a run (each entry of its sessions)
+with the commit that trained it; --today retrains the first k epochs with this checkout's code (drift:
+tests/test_drift.py).
 
 The tolerance. The fast engine is float32, compiled by numba with fastmath, over BLAS: another CPU (AMD EPYC
 against Intel Xeon AVX-512) runs other kernels and may round sums differently, and EBP's decisions (the sign of a

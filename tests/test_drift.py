@@ -57,9 +57,13 @@ def regenerate(out=FIXTURES) -> None:
     """Write tests/drift_fixtures.json: fixture_entry of the cheapest record of every variant (a full epoch each)."""
     entries = []
     for key, run_dir in sorted(cheapest_per_variant().items(), key=str):
-        entries.append(verify.fixture_entry(run_dir))
+        try:
+            entries.append(verify.fixture_entry(run_dir))
+        except verify.VerifyError as err:  # no fixture: test_the_fixture_holds_... then names the variant
+            print(f"{key}: {err}", flush=True)
+            continue
         print(key, entries[-1]["record"], entries[-1]["epoch_1"], flush=True)
-    records.write_json(out, {"images": verify.FIXTURE_IMAGES, "fixtures": entries})
+        records.write_json(out, {"images": verify.FIXTURE_IMAGES, "fixtures": entries})
 
 
 def _fixtures() -> list[dict]:
