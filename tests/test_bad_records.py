@@ -55,12 +55,12 @@ def _forge_everything(record, error=0.01):
 def test_a_successor_error_that_its_record_does_not_hold_is_refused(tmp_path, capsys):
     """evaluation.packed.error set to 0.0100 in a committed STE record (its final.test_error, history and net say
     2.37%): inconsistent, named, left out of the report; the real one loads."""
-    real = report.load_successors(_copy_successor(tmp_path / "real").parents[2], "tuned", rescore=False)
-    assert [r["evaluation"]["packed"]["error"] for r in real] == [0.0237]
     forged = _copy_successor(tmp_path, _forge_packed)
     problems = records.record_problems(records.read_record(forged / sc.RESULT_FILE))
     assert problems == ["evaluation.packed.error: 0.01, but the best epoch's test error (final.test_error, its "
                         "history) is 0.0237"]
+    real = report.load_successors(_copy_successor(tmp_path / "real").parents[2], "tuned", rescore=False)
+    assert [r["evaluation"]["packed"]["error"] for r in real] == [0.0237]
     assert report.load_successors(forged.parents[2], "tuned", rescore=False) == []
     assert "evaluation.packed.error: 0.01" in capsys.readouterr().out
 
