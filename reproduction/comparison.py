@@ -19,9 +19,10 @@ ROW_ORDER = ("tanh-200", "tanh-400", "tanh-500-l2", "tanh-600", "tanh-800", "tan
 
 def is_table2_ebp(result: dict, dataset: str) -> bool:
     """A finished paper-protocol EBP run of Table 2's setting on `dataset`: no dropout, per-pixel
-    standardisation, reference initialisation, the spec's update, one of Table 2's architectures."""
+    standardisation, reference initialisation, the spec's update, batch 10, one of Table 2's architectures. The
+    batch is checked because a mechanism profile (parameters.MECHANISMS) changes it within the paper's protocol."""
     p = result.get("parameters", {})
-    return (result["method"] == "ebp" and result.get("protocol") == "paper"
+    return (result["method"] == "ebp" and result.get("protocol") == "paper" and p.get("batch_size") == 10
             and bool(result.get("finished")) and p.get("dataset") == dataset and p.get("dropout") is None
             and p.get("architecture") in TABLE2_ARCHITECTURES and p.get("preprocessing") == "pixel"
             and p.get("std_floor") == 0 and p.get("init_scale") == 1 and p.get("real_update", "spec") == "spec")

@@ -234,3 +234,18 @@ def test_a_checkpoint_that_does_not_load_is_moved_aside_for_both_tuned_baselines
     assert said == [f"{path}: damaged; moved aside to {next(tmp_path.iterdir()).name}, training restarts from epoch 0"]
     path.write_bytes(b"fine")
     assert tuned.resume(path, lambda p: ("weights", p.read_bytes()), said.append) == ("weights", b"fine")
+
+
+def test_table2_ebp_excludes_the_mechanism_profiles():
+    """A run of the paper's protocol with one setting changed (parameters.MECHANISMS: batch 1, pixels/255) is not a
+    Table 2 run: the comparison would count it as one more seed of the paper's."""
+    from reproduction import comparison
+    from reproduction.parameters import RunConfig
+
+    def record(**change):
+        params = RunConfig(architecture="800", epochs=120, n_train=None, **change).parameters()
+        return {"method": "ebp", "protocol": "paper", "finished": True, "parameters": params}
+
+    assert comparison.is_table2_ebp(record(), "mnist")
+    assert not comparison.is_table2_ebp(record(batch_size=1), "mnist")
+    assert not comparison.is_table2_ebp(record(preprocessing="unit"), "mnist")
