@@ -42,28 +42,32 @@ def hidden_units(architecture: str) -> int:
                for spec in parameters.architecture_layers(architecture)[:-1])
 
 
-def cheapest_per_variant(runs=RUNS) -> dict[tuple, Path]:
-    """{variant: run folder} of the finished records with the fewest hidden units per variant (seed 0 first)."""
+def candidates_per_variant(runs=RUNS) -> dict[tuple, list[Path]]:
+    """{variant: run folders} of the finished records of each variant, cheapest first (fewest hidden units, seed 0
+    first)."""
     found = collections.defaultdict(list)
     for path in sorted(Path(runs).glob("*/*/result.json")):
         record = records.read_record(path)
         if record["finished"] and record["method"] == "ebp":
             p = record["parameters"]
             found[variant(p)].append((hidden_units(p["architecture"]), p["seed"], path.parent))
-    return {key: min(entries)[2] for key, entries in found.items()}
+    return {key: [entry[2] for entry in sorted(entries)] for key, entries in found.items()}
 
 
-def regenerate(out=FIXTURES) -> None:
-    """Write tests/drift_fixtures.json: fixture_entry of the cheapest record of every variant (a full epoch each)."""
+def regenerate(out=FIXTURES, tries: int = 3) -> None:
+    """Write tests/drift_fixtures.json: fixture_entry of the cheapest record of every variant that today's code
+    replays exactly (up to `tries` records per variant, each a full epoch; one that does not is named)."""
     entries = []
-    for key, run_dir in sorted(cheapest_per_variant().items(), key=str):
-        try:
-            entries.append(verify.fixture_entry(run_dir))
-        except verify.VerifyError as err:  # no fixture: test_the_fixture_holds_... then names the variant
-            print(f"{key}: {err}", flush=True)
-            continue
-        print(key, entries[-1]["record"], entries[-1]["epoch_1"], flush=True)
-        records.write_json(out, {"images": verify.FIXTURE_IMAGES, "fixtures": entries})
+    for key, run_dirs in sorted(candidates_per_variant().items(), key=str):
+        for run_dir in run_dirs[:tries]:
+            try:
+                entries.append(verify.fixture_entry(run_dir))
+            except verify.VerifyError as err:  # the next record of the variant is tried
+                print(f"{key}: {err}", flush=True)
+                continue
+            print(key, entries[-1]["record"], entries[-1]["epoch_1"], flush=True)
+            records.write_json(out, {"images": verify.FIXTURE_IMAGES, "fixtures": entries})
+            break
 
 
 def _fixtures() -> list[dict]:
@@ -73,7 +77,7 @@ def _fixtures() -> list[dict]:
 def test_the_fixture_holds_one_record_of_every_variant_of_the_records():
     """A variant without a fixture would drift unseen: every variant the committed records hold has one."""
     fixtures = {variant(parameters.validate_parameters(f["parameters"])) for f in _fixtures()}
-    assert set(cheapest_per_variant()) <= fixtures
+    assert set(candidates_per_variant()) <= fixtures
 
 
 @pytest.mark.parametrize("fixture", _fixtures(), ids=lambda f: f["record"])
