@@ -128,7 +128,8 @@ clean-venv:
 
 # The notebooks (00-09, then tables, comparison, experiment) and docs/maths.md as a static HTML book, built
 # offline from the committed outputs (never executed) by Jupyter Book 1.x with book/_config.yml and
-# book/_toc.yml; open $(BOOK_OUT)/_build/html/index.html. tests/test_book.py builds it again and reads every
+# book/_toc.yml; open $(BOOK_OUT)/_build/html/book/index.html, its landing page (_build/html/index.html only
+# redirects there). About a minute (56-78 s measured on 2 loaded cores). tests/test_book.py builds it again and reads every
 # page in headless Chromium.
 BOOK_OUT ?= .cache/book
 
@@ -141,7 +142,7 @@ make TARGET, where TARGET is one of (all but help and clean-venv first set up .v
   reproduce         regenerate Tables 2-4 (PROFILE=quick|paper, DATASET=mnist|fashion-mnist) and render them
   test              the whole test suite: tests/ and every notebook through nbval (the README's test command)
   test-fast         the tests and notebooks not marked slow, for working (a few minutes; CI runs make test)
-  book              the notebooks and docs/maths.md as an HTML book, offline: .cache/book/_build/html/index.html
+  book              the notebooks and docs/maths.md as an HTML book, offline: .cache/book/_build/html/book/index.html
   lab               JupyterLab on notebooks/
   demo              one short training run
   benchmark         the fast engine against the reference (writes .cache/benchmark.json)

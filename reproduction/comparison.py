@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 
 from reproduction.backprop import CONFIGS, DATASETS, PAPER_CONFIGS, hidden_layers
+from reproduction.results import DATASET_NAMES
 
 TABLE2_ARCHITECTURES = ("200", "400", "600", "800", "1000", "200-200", "400-400", "600-600", "800-800")
 EBP_OUTPUTS = (("binary", "test_ebp_p", "B-EBP-P"), ("binary", "test_ebp_d", "B-EBP-D"),
@@ -203,3 +204,50 @@ def headline(ebp_results: list[dict], bp_results: list[dict], dataset: str) -> s
         lines.append(f"{label}: at 800 hidden units {summary_text(ebp_errors(runs.get('800'), output))}; best of "
                      f"Table 2 {summary_text(ebp_errors(runs[best], output))} at {architecture_label(best)}")
     return "\n".join(lines)
+
+
+def _best(runs: dict, output: str) -> str:
+    """The architecture of runs ({architecture: runs}) with the lowest mean error of `output`."""
+    return min(runs, key=lambda a: (summary(ebp_errors(runs[a], output))[0], TABLE2_ARCHITECTURES.index(a)))
+
+
+def headline_table(ebp_results: list[dict], bp_results: list[dict]) -> str:
+    """Markdown, headline's numbers as a table: backprop at the paper's two configurations, and each EBP output
+    at 800 units and at its best width of Table 2, one column per data set (mean ± SD (n seeds))."""
+    header = ["method", "hidden units"] + [f"{DATASET_NAMES[d]}, test error %" for d in DATASETS] + ["the paper quotes"]
+    ebp = {d: ebp_table2_results(ebp_results, d) for d in DATASETS}
+    bp = {d: backprop_results(bp_results, d) for d in DATASETS}
+    rows = []
+    for config in PAPER_CONFIGS:
+        spec = CONFIGS[config]
+        rows.append([f"backprop{', L2' if spec['l2'] else ''} (ours)", architecture_label(spec["architecture"])]
+                    + [summary_text(backprop_errors(bp[d].get(config))) for d in DATASETS]
+                    + [f"{spec['paper_error']:.2f}"])
+    for weights, output, label in EBP_OUTPUTS:
+        runs = {d: {a: r for (a, w), r in ebp[d].items() if w == weights} for d in DATASETS}
+        rows.append([label, "800"] + [summary_text(ebp_errors(runs[d].get("800"), output)) if runs[d] else NOT_RUN
+                                      for d in DATASETS] + [""])
+        rows.append([label, "Table 2's best"] + [
+            f"{summary_text(ebp_errors(runs[d][_best(runs[d], output)], output))} at "
+            f"{architecture_label(_best(runs[d], output))}" if runs[d] else NOT_RUN for d in DATASETS] + [""])
+    return markdown_table(header, rows)
+
+
+def in_short(ebp_results: list[dict], bp_results: list[dict]) -> str:
+    """The page's answer in a few sentences: per data set, backprop at 800 units against EBP's best output there."""
+    sentences = ["The paper calls EBP comparable to backprop. Here backprop is tuned on a validation split and set "
+                 "beside EBP's Table 2 runs (no dropout)."]
+    for dataset in DATASETS:
+        bp = backprop_errors(backprop_results(bp_results, dataset).get("tanh-800"))
+        ebp = ebp_table2_results(ebp_results, dataset)
+        at_800 = [(summary(ebp_errors(ebp.get(("800", w)), o))[0], label) for w, o, label in EBP_OUTPUTS
+                  if ebp_errors(ebp.get(("800", w)), o)]
+        if not bp or not at_800:
+            sentences.append(f"On {DATASET_NAMES[dataset]}: {NOT_RUN}.")
+            continue
+        best, label = min(at_800)
+        side = "below" if summary(bp)[0] < best else "above"
+        sentences.append(f"On {DATASET_NAMES[dataset]}, backprop with 800 tanh units errs {summary(bp)[0]:.2f}%, {side} EBP's best "
+                         f"output at that width ({label}, {best:.2f}%).")
+    sentences.append("No run here tests why either side leads.")
+    return "> **In short.** " + " ".join(sentences)

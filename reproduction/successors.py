@@ -1,5 +1,8 @@
 """EBP's successors beside it: STE / BinaryConnect, Bop and BayesBiNN (package successors) at a practitioner's
-protocol, on the paper's nets, resumable and recorded as the backprop baseline is (reproduction.backprop).
+protocol, on the paper's nets, resumable and recorded as the backprop baseline is (reproduction.backprop). EBP
+itself runs at the same protocol as methods "ebp-tuned" and "ebp-tuned-dropout" (successors.ebp: its own
+trainer, preprocessings and defaults, batch 10 and a grid over preprocessing x initial scale; the rules below
+unchanged): "EBP, tuned like the successors", beside the paper-protocol EBP runs.
 
 The protocol (`PROTOCOL`, with each method's grid `successors.<method>.GRID`), every choice made on a validation
 split of the training set and never on the test set:
@@ -26,6 +29,9 @@ w ~ q and the mean net. Times: training seconds per epoch (evaluation excluded) 
 seconds, each as wall time and as the process's CPU time (core-seconds: with one thread, what an idle core would
 take, whatever else the machine runs), and the epochs to reach TARGET_ERROR (test error, the quantity EBP's records hold per epoch).
 
+Every finished run keeps its outputs' predicted class per test image (PREDICTIONS_FILE, uint8, no pickle:
+successors.evaluate.save_predictions), what a paired analysis over images and seeds needs (reproduction.paired).
+
 Runs are resumable: the grid per point (in result.json), training per epoch from checkpoint.npz (ebp_checkpoint:
 arrays and one JSON metadata text; array headers checked against the run before any data is read; no pickle).
 A result is labelled with its code's commit; a tree that differs from it is refused unless allow_dirty.
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import time
 from pathlib import Path
@@ -47,6 +54,7 @@ from reproduction.folder import RunBusyError, UnsafeLockError, open_output_dir, 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "successors"
 RESULT_FILE, CHECKPOINT_FILE, NET_FILE = "result.json", "checkpoint.npz", "binary_net.npz"
+PREDICTIONS_FILE = "predictions.npz"  # per-image test predictions, uint8 (successors.evaluate.save_predictions)
 DATASETS = backprop.DATASETS
 ARCHITECTURES = ("800", "800-800")  # the paper's nets [784, 800, 10] and [784, 800, 800, 10]; others accepted
 FULL_TRAIN, TRAIN_ERROR_IMAGES = tuned.FULL_TRAIN, tuned.TRAIN_ERROR_IMAGES
@@ -59,6 +67,11 @@ PROTOCOL = {"batch_size": 100, "preprocessing_grid": ["pixel", "unit"], "grid_ep
 # outputs/successors/smoke: a smoke number is never a result.
 PROFILES = {"tuned": {}, "smoke": {"n_train": 3000, "n_validation": 1000, "grid_epochs": 1, "max_epochs": 3,
                                    "patience": 1, "stop_patience": 2, "mc_samples": 4}}
+# The protocol's sensitivity: the grid scored after 10 epochs, not 3 (a cell whose choice a 3-epoch score may
+# favour a fast start), and training stopped after 30 epochs without a new best, not 15 (a method that looks cut
+# short); the halving every `patience` epochs as in PROTOCOL. Records say protocol "sensitivity" and live under
+# outputs/successors/sensitivity, beside, never in place of, the tuned runs.
+PROFILES["sensitivity"] = {"grid_epochs": 10, "stop_patience": 30}
 OVERRIDABLE = set(PROTOCOL) | {"grid"}
 # Bounds that a command line cannot pass (far beyond any net or seed of the protocol): a 10^9-unit layer would
 # exhaust memory, a seed beyond 32 bits overflow JAX's PRNGKey, both after the run's folder exists.
@@ -85,7 +98,14 @@ def make_parameters(method: str, dataset: str, architecture: str, profile: str =
     if unknown:
         raise ValueError(f"cannot override {sorted(unknown)}; overridable: {sorted(OVERRIDABLE)}")
     module = methods()[method]
-    p = {**PROTOCOL, **PROFILES[profile], **{k: v for k, v in overrides.items() if v is not None}}
+    # a method may bring its own defaults (EBP: batch 10, its preprocessings); the profile and overrides win
+    p = {**PROTOCOL, **getattr(module, "PROTOCOL", {}), **PROFILES[profile],
+         **{k: v for k, v in overrides.items() if v is not None}}
+    preprocessings = getattr(module, "PREPROCESSINGS", None)
+    if preprocessings is not None:
+        unknown = [name for name in p["preprocessing_grid"] if name not in preprocessings]
+        if unknown or not p["preprocessing_grid"]:
+            raise ValueError(f"preprocessing_grid {p['preprocessing_grid']} must name some of {list(preprocessings)}")
     grid = {k: sorted(float(v) for v in values) for k, values in (p.get("grid") or module.GRID).items()}
     if set(grid) != set(module.GRID) or not all(grid.values()) or not all(
             math.isfinite(v) and v > 0 for values in grid.values() for v in values):
@@ -100,15 +120,18 @@ def make_parameters(method: str, dataset: str, architecture: str, profile: str =
                          f"also uses seed + 2)")
     # the split, batch and schedule are checked as the backprop baseline checks them
     backprop.make_parameters(dataset, "tanh-800", **{k: p[k] for k in ("batch_size", "max_epochs", "patience",
-                             "stop_patience", "n_validation", "n_train", "seed", "grid_epochs", "preprocessing_grid")})
+                             "stop_patience", "n_validation", "n_train", "seed", "grid_epochs")},
+                             preprocessing_grid=[preprocessings[name][0] for name in p["preprocessing_grid"]]
+                             if preprocessings else p["preprocessing_grid"])
     mc = backprop._positive_int("mc_samples", p["mc_samples"])
     tune_seed = p["tune_seed"]
     if tune_seed is not None and (isinstance(tune_seed, bool) or not isinstance(tune_seed, (int, np.integer))
                                   or tune_seed < 0):
         raise ValueError(f"tune_seed={tune_seed!r} must be an integer >= 0 or None (every seed runs its grid)")
     return {"method": method, "dataset": dataset, "architecture": str(architecture), "profile": profile,
-            "network": "±1 weights, sign hidden units (hard-tanh STE), affine BN per hidden layer (momentum "
-                       "0.15, ε 1e-4), output e^s·(W h) + b, softmax cross-entropy (successors.mlp)",
+            "network": getattr(module, "NETWORK", "±1 weights, sign hidden units (hard-tanh STE), affine BN per "
+                               "hidden layer (momentum 0.15, ε 1e-4), output e^s·(W h) + b, softmax cross-entropy "
+                               "(successors.mlp)"),
             "batch_size": int(p["batch_size"]), "preprocessing_grid": list(dict.fromkeys(p["preprocessing_grid"])),
             "grid": grid, "fixed": dict(module.FIXED), "grid_epochs": int(p["grid_epochs"]),
             "max_epochs": int(p["max_epochs"]), "patience": int(p["patience"]),
@@ -118,11 +141,13 @@ def make_parameters(method: str, dataset: str, architecture: str, profile: str =
 
 
 def protocol_label(params: dict) -> str:
-    """'tuned' for PROTOCOL on all training images (any seed), 'smoke' for the smoke profile, else 'shortened'."""
+    """'tuned' for PROTOCOL on all training images (any seed), 'sensitivity' for the sensitivity profile as it
+    stands, 'smoke' for the smoke profile, else 'shortened'."""
     if params["profile"] == "smoke":
         return "smoke"
-    defaults = make_parameters(params["method"], params["dataset"], params["architecture"], seed=params["seed"])
-    return "tuned" if params == defaults else "shortened"
+    defaults = make_parameters(params["method"], params["dataset"], params["architecture"], params["profile"],
+                               seed=params["seed"])
+    return params["profile"] if params == defaults else "shortened"
 
 
 def grid_keys(params: dict) -> list[dict]:
@@ -154,6 +179,8 @@ def describe_protocol(params: dict) -> str:
     grid = " x ".join([f"preprocessing in {{{', '.join(params['preprocessing_grid'])}}}"] +
                       [f"{k} in {{{', '.join(f'{v:g}' for v in vs)}}}" for k, vs in params["grid"].items()])
     fixed = ", ".join(f"{k} {v:g}" for k, v in params["fixed"].items()) or "none"
+    steps = (f"step sizes halved after {params['patience']} epochs without a new best validation error"
+             if getattr(methods()[params["method"]], "STEP_SIZES", True) else "no step size to halve")
     if params["tune_seed"] is None:
         where = "grid run on this seed"
     elif adopts_grid(params):
@@ -163,9 +190,9 @@ def describe_protocol(params: dict) -> str:
     return (f"{params['method']} on [784, {params['architecture'].replace('-', ', ')}, 10]; trained on "
             f"{n_images - params['n_validation']:,} images, {params['n_validation']:,} held out for validation; "
             f"{grid} ({n_tuned(params)} tuned) chosen by the deployed net's validation error after "
-            f"{params['grid_epochs']} epochs ({where}); fixed: {fixed}; batch {params['batch_size']}, step sizes halved after "
-            f"{params['patience']} epochs without a new best validation error, stopped after "
-            f"{params['stop_patience']} or at {params['max_epochs']} epochs; errors of the best validation epoch; "
+            f"{params['grid_epochs']} epochs ({where}); fixed: {fixed}; batch {params['batch_size']}, {steps}, "
+            f"stopped after {params['stop_patience']} or at {params['max_epochs']} epochs; errors of the best "
+            f"validation epoch; "
             f"seed {params['seed']}" + ("; SMOKE PROFILE: a pipeline check, not a result" if
                                         params["profile"] == "smoke" else ""))
 
@@ -195,7 +222,8 @@ def compiled_epoch(method: str):
 
 
 class Trainer:
-    """One method, net and grid point: its initial state, compiled epoch and evaluations."""
+    """One method, net and grid point: its initial state, compiled epoch and evaluations (a method module may bring
+    its own class of this interface as `Trainer`: make_trainer)."""
 
     def __init__(self, params: dict, point: dict, n_fit: int):
         import jax
@@ -236,16 +264,33 @@ class Trainer:
         return {f"{prefix}/{i}": (tuple(np.shape(a)), np.asarray(a).dtype) for i, a in enumerate(leaves)}
 
 
+def make_trainer(params: dict, point: dict, n_fit: int):
+    """The trainer of `params`' method at `point`: the method module's own Trainer (EBP's, successors.ebp) or the
+    JAX one above."""
+    return getattr(methods()[params["method"]], "Trainer", Trainer)(params, point, n_fit)
+
+
+def load_split(params: dict, preprocessing: str, data_dir=None) -> dict:
+    """The run's fit, validation and test arrays (backprop.load_split, or the method module's own load_split for
+    the preprocessings it adds)."""
+    return getattr(methods()[params["method"]], "load_split", backprop.load_split)(params, preprocessing, data_dir)
+
+
+def diverged_loss(loss) -> bool:
+    """Whether an epoch's loss says the state diverged (None: a method whose epoch computes no loss)."""
+    return loss is not None and not math.isfinite(loss)
+
+
 def grid_point(params: dict, data: dict, point: dict) -> dict:
     """Validation error of the deployed net after each of `grid_epochs` epochs at one grid point; a point whose
     state becomes non-finite scores 1.0 from then on and is marked diverged."""
-    trainer = Trainer(params, point, len(data["x_fit"]))
+    trainer = make_trainer(params, point, len(data["x_fit"]))
     state, errors, diverged = trainer.initial(), [], False
     start, cpu_start = time.perf_counter(), time.process_time()
     for epoch in range(params["grid_epochs"]):
         if not diverged:
             state, loss = trainer.train_epoch(state, data["x_fit"], data["y_fit"], epoch, 1.0)
-            diverged = not math.isfinite(loss)
+            diverged = diverged_loss(loss)
         errors.append(1.0 if diverged else trainer.error(state, data["x_val"], data["y_val"]))
     return {**point, "validation_error": errors, "diverged": diverged,
             "train_seconds": round(time.perf_counter() - start, 2),
@@ -345,17 +390,18 @@ def load_checkpoint(path: Path, trainer: Trainer):
 # The final evaluation of the best epoch's net
 # ----------------------------------------------------------------------------------------------------------
 
-def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_epoch: int, folder: Path) -> dict:
-    """The deployed net through packed inference (0 mismatches expected), its softmax's NLL / ECE, BayesBiNN's
-    predictive and mean net; times and epochs to TARGET_ERROR. Writes the packed net to folder/NET_FILE."""
+def successor_outputs(trainer: Trainer, best, x: np.ndarray, y: np.ndarray, net_path: Path) -> tuple[dict, dict, dict]:
+    """(packed, probabilistic, predictions) of a successor's best state on the test images: the deployed net
+    through packed inference (written to `net_path`; 0 mismatches expected), the NLL / ECE of its softmax and of
+    BayesBiNN's predictive and mean net, and the per-image predicted classes of the deployed net (and BayesBiNN's
+    predictive and mean net)."""
     import ebp_binary_format
     from successors import evaluate, mlp
     params, module = trainer.params, trainer.module
     weights = module.deployed(best)
-    x, y = data["x_test"], data["y_test"]
-    packed = evaluate.packed_check(weights, best["real"], best["stats"], x, y)
-    ebp_binary_format.save_packed(folder / NET_FILE, evaluate.fold(weights, best["real"], best["stats"]))
-    net_sha256 = hashlib.sha256((folder / NET_FILE).read_bytes()).hexdigest()  # the report checks the file by it
+    predictions: dict = {}
+    packed = evaluate.packed_check(weights, best["real"], best["stats"], x, y, predictions)
+    ebp_binary_format.save_packed(net_path, evaluate.fold(weights, best["real"], best["stats"]))
     outputs = {"deployed": mlp.softmax(mlp.predict_logits(weights, best["real"], best["stats"], x))}
     if params["method"] == "bayesbinn":
         key = trainer.jax.random.PRNGKey(params["seed"] + 2)
@@ -366,6 +412,23 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
         bins = evaluate.reliability(p, y)
         probabilistic[name] = {"test_error": round(evaluate.error(p, y), 6), "nll": round(evaluate.nll(p, y), 6),
                                "ece": round(bins["ece"], 6), "reliability": bins}
+        if name != "deployed":
+            predictions[name] = np.asarray(p).argmax(axis=1)
+    return packed, probabilistic, predictions
+
+
+def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_epoch: int, folder: Path) -> dict:
+    """The best epoch's outputs on the test images (the trainer's evaluate_outputs, EBP's, or successor_outputs):
+    its deployed net through packed inference (0 mismatches expected) and the quality of its probabilistic outputs;
+    times and epochs to TARGET_ERROR. Writes the packed net to folder/NET_FILE and every output's per-image
+    predicted classes to folder/PREDICTIONS_FILE (successors.evaluate.save_predictions)."""
+    from successors import evaluate
+    params = trainer.params
+    x, y = data["x_test"], data["y_test"]
+    outputs = getattr(trainer, "evaluate_outputs", functools.partial(successor_outputs, trainer))
+    packed, probabilistic, predictions = outputs(best, x, y, folder / NET_FILE)
+    net_sha256 = hashlib.sha256((folder / NET_FILE).read_bytes()).hexdigest()  # the report checks the file by it
+    evaluate.save_predictions(folder / PREDICTIONS_FILE, predictions)
     seconds = [h["train_seconds"] for h in history]
     cpu_seconds = [h.get("cpu_seconds") for h in history]
     target = TARGET_ERROR[params["dataset"]]
@@ -377,7 +440,7 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
                 "cpu_seconds_per_epoch": round(float(np.median(cpu_seconds)), 3),
                 "cpu_seconds_to_best_epoch": round(sum(cpu_seconds[:best_epoch]), 2)}),
             "target_error": target, "epochs_to_target": reached, "n_tuned": n_tuned(trainer.params),
-            "net_file": NET_FILE, "net_sha256": net_sha256}
+            "net_file": NET_FILE, "predictions_file": PREDICTIONS_FILE, "net_sha256": net_sha256}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -421,8 +484,8 @@ def evaluation_problems(data: dict) -> list[str]:
     if not isinstance(e, dict):
         return ["evaluation: a finished run has none"]
     packed, outputs = e.get("packed"), e.get("outputs")
-    if not isinstance(packed, dict) or not isinstance(outputs, dict) or "deployed" not in outputs:
-        return ["evaluation: its packed and deployed results are missing"]
+    if not isinstance(packed, dict) or not isinstance(outputs, dict) or not {"deployed", "predictive"} & set(outputs):
+        return ["evaluation: its packed results or its outputs (deployed, predictive) are missing"]
     problems = [p for name, output in outputs.items() for p in _output_problems(name, output)]
     if problems:
         return problems
@@ -440,8 +503,8 @@ def evaluation_problems(data: dict) -> list[str]:
     if packed.get("mismatches") != 0:
         problems.append("evaluation.packed.mismatches: the packed net disagrees with the float evaluation")
     test_error = final.get("test_error")
-    for where, value in (("packed.error", packed.get("error")),
-                         ("outputs.deployed.test_error", outputs["deployed"].get("test_error"))):
+    deployed = [("outputs.deployed.test_error", outputs["deployed"]["test_error"])] if "deployed" in outputs else []
+    for where, value in [("packed.error", packed.get("error"))] + deployed:
         if not _number(value, 0, 1) or test_error is None or abs(value - test_error) > 1e-6:
             problems.append(f"evaluation.{where}: {value!r:.40}, but the best epoch's test error (final.test_error, "
                             f"its history) is {test_error!r}")
@@ -478,7 +541,8 @@ def make_record(params, grid, history, schedule, finished, sessions, evaluation=
                          "tuned_on_seed": tuning_params(params)["seed"],
                          "chosen": None if chosen is None else {k: v for k, v in chosen.items() if k not in (
                              "validation_error", "diverged", "train_seconds", "cpu_seconds")}},
-                        history, best, finished, sessions, PACKAGES, grid_seconds=not adopts_grid(params),
+                        history, best, finished, sessions,
+                        getattr(methods()[params["method"]], "PACKAGES", PACKAGES), grid_seconds=not adopts_grid(params),
                         evaluation=evaluation)
 
 
@@ -524,7 +588,7 @@ def _run_locked(params: dict, folder: Path, data_dir, echo, allow_dirty: bool, s
         return session.previous
     grid, write = session.grid, session.write
     label = f"{params['dataset']} {params['method']}-{params['architecture']} seed {params['seed']}"
-    data_for = tuned.one_split(lambda preprocessing: backprop.load_split(params, preprocessing, data_dir))
+    data_for = tuned.one_split(lambda preprocessing: load_split(params, preprocessing, data_dir))
     if adopts_grid(params) and len(grid) < len(grid_keys(params)):
         grid = session.grid = adopted_grid(params, folder.parent / run_name(tuning_params(params)), data_dir, echo,
                                            allow_dirty)
@@ -540,7 +604,7 @@ def _run_locked(params: dict, folder: Path, data_dir, echo, allow_dirty: bool, s
     chosen = choose_point(grid)
     point = {k: chosen[k] for k in grid_keys(params)[0]}
     data = data_for(point["preprocessing"])
-    trainer = Trainer(params, point, len(data["x_fit"]))
+    trainer = make_trainer(params, point, len(data["x_fit"]))
     path = folder / CHECKPOINT_FILE
     state = best = trainer.initial()
     schedule = {"epoch": 0, "decay": 1.0, "best_epoch": None, "best_validation_error": None,
@@ -553,12 +617,14 @@ def _run_locked(params: dict, folder: Path, data_dir, echo, allow_dirty: bool, s
         start, cpu_start = time.perf_counter(), time.process_time()
         state, loss = trainer.train_epoch(state, data["x_fit"], data["y_fit"], schedule["epoch"], schedule["decay"])
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-        if not math.isfinite(loss):
+        if diverged_loss(loss):
             raise FloatingPointError(f"{label}: the loss became non-finite in epoch {schedule['epoch'] + 1}; the "
                                      f"grid chose a step size too large for the full run")
         schedule["epoch"] += 1
         entry = tuned.epoch_entry(schedule["epoch"], {"decay": schedule["decay"]},
-                                  functools.partial(trainer.error, state), data, loss, seconds, cpu_seconds)
+                                  functools.partial(trainer.error, state), data, loss, seconds, cpu_seconds,
+                                  more=(functools.partial(trainer.more_errors, state)
+                                        if hasattr(trainer, "more_errors") else None))
         schedule["history"].append(entry)
         schedule["finished"] = schedule_step(schedule, entry["validation_error"], params)
         if schedule["best_epoch"] == schedule["epoch"]:
@@ -594,10 +660,11 @@ def run_state(folder, params: dict) -> str:
 # ----------------------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=4)
-def _test_split(dataset: str, preprocessing: str, n_train, n_validation: int, data_dir=None):
-    """(x_test, y_test) of a run's split (backprop.load_split), kept for the next run of the same split."""
-    data = backprop.load_split({"dataset": dataset, "n_train": n_train, "n_validation": n_validation},
-                               preprocessing, data_dir)
+def _test_split(key: str, data_dir=None):
+    """(x_test, y_test) of the split (load_split) of the run whose parameters and preprocessing `key` holds (JSON),
+    kept for the next run of the same split."""
+    params, preprocessing = json.loads(key)
+    data = load_split(params, preprocessing, data_dir)
     return data["x_test"], data["y_test"]
 
 
@@ -608,8 +675,9 @@ def rescore(record: dict, folder, data_dir=None) -> float:
     import ebp_binary_format
 
     p = record["parameters"]
-    x, y = _test_split(p["dataset"], record["grid"]["chosen"]["preprocessing"], p["n_train"], p["n_validation"],
-                       data_dir)
+    own = hasattr(methods()[p["method"]], "load_split")  # a method's own split may read more of its parameters
+    split = p if own else {k: p[k] for k in ("method", "dataset", "n_train", "n_validation")}
+    x, y = _test_split(json.dumps([split, record["grid"]["chosen"]["preprocessing"]], sort_keys=True), data_dir)
     packed = ebp_binary_format.load_packed(Path(folder) / NET_FILE)
     return float(np.mean(ebp_binary.predict(packed, x, engine="auto") != y))
 

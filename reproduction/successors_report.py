@@ -74,7 +74,7 @@ def successor_rows(results: list[dict]) -> list[dict]:
     for r in results:
         p, e = r["parameters"], r["evaluation"]
         out = e["outputs"]
-        prob = out.get("predictive", out["deployed"])
+        prob = out["predictive"] if "predictive" in out else out["deployed"]  # EBP's records have no deployed
         rows.append({"method": p["method"], "dataset": p["dataset"], "net": p["architecture"], "seed": p["seed"],
                      "protocol": r["protocol"], "deployed": 100 * e["packed"]["error"],
                      "predictive": 100 * out["predictive"]["test_error"] if "predictive" in out else None,
@@ -300,12 +300,11 @@ def summary(rows: list[dict], expected_runs: int) -> str:
     return "\n\n".join(text)
 
 
-def tally(rows: list[dict]) -> str:
-    """One sentence: per data set, of the comparisons with two seeds or more on both sides (each net and EBP
-    protocol), how many put the successor's deployed ±1 net below EBP-D, above it, or do not separate them; the same
-    for BayesBiNN's predictive against EBP-P. Per data set, because the verdicts differ between them."""
-    subjects = {"deployed": "±1 nets", "predictive": "BayesBiNN's predictive"}
-    per_dataset = []
+def tally_counts(rows: list[dict]) -> dict:
+    """{data set: {output: Counter of "lower", "higher", "not separable"}}: of the comparisons with two seeds or more
+    on both sides (each net and EBP protocol), where the successor's interval lies (deployed ±1 nets against EBP-D,
+    BayesBiNN's predictive against EBP-P). Per data set, because the verdicts differ between them."""
+    found_by_dataset = {}
     for dataset in EBP_PROFILES:
         counts = {output: Counter() for output in EBP_OUTPUT_LABELS}
         for net in NETS:
@@ -314,11 +313,37 @@ def tally(rows: list[dict]) -> str:
                     found = _compare(rows, dataset, net, method, output, ebp_method)[2]
                     if found is not None:
                         counts[output][_side(*found[:2])] += 1
+        found_by_dataset[dataset] = counts
+    return found_by_dataset
+
+
+def tally(rows: list[dict]) -> str:
+    """One sentence of tally_counts: per data set, how many comparisons put the successor below EBP, above it, or
+    do not separate them."""
+    subjects = {"deployed": "±1 nets", "predictive": "BayesBiNN's predictive"}
+    per_dataset = []
+    for dataset, counts in tally_counts(rows).items():
         parts = [f"{subjects[o]} against {EBP_OUTPUT_LABELS[o]} {c['lower']}/{c['higher']}/{c['not separable']} of "
                  f"{c.total()}" for o, c in counts.items() if c]
         if parts:
             per_dataset.append(f"{DATASET_NAMES[dataset]}: " + ", ".join(parts))
     return "Two seeds or more a side, successor's error lower/higher/not separable: " + "; ".join(per_dataset) + "."
+
+
+def in_short(rows: list[dict]) -> str:
+    """The page's answer in a few sentences, from tally_counts and the records' costs."""
+    counts = tally_counts(rows)
+    deployed = sum((c["deployed"] for c in counts.values()), Counter())
+    mnist, fashion = (counts[d]["predictive"] for d in ("mnist", "fashion-mnist"))
+    hours = sum(r["core_seconds"] or 0 for r in rows if r["method"] in SUCCESSORS) / 3600
+    advice = ("train with a successor" if 2 * deployed["lower"] > deployed.total()
+              else "EBP-D holds its own")
+    return (f"> **In short.** For a deployed ±1 net, {advice}. Tuned STE, Bop and BayesBiNN err less than EBP-D in "
+            f"{deployed['lower']} of {deployed.total()} comparisons with two seeds a side. EBP-P, the averaged "
+            f"read-out, holds up better. BayesBiNN's averaged prediction beats it in {mnist['lower']} of "
+            f"{mnist.total()} on MNIST and loses {fashion['higher']} of {fashion.total()} on Fashion-MNIST. EBP has "
+            f"no learning rate and ran at the paper's settings; the successors' grids and runs took {hours:.0f} "
+            "core-hours.")
 
 
 EBP_LEGEND = {"ebp": "EBP-D", "ebp-dropout": "EBP-D, dropout"}
@@ -374,3 +399,14 @@ def calibration_plot(ax, rows: list[dict], dataset: str) -> None:
     ax.set(xlabel="confidence (top class)", ylabel="accuracy", title=f"calibration, {dataset}", xlim=(0, 1),
            ylim=(0, 1))
     ax.legend(fontsize=8, loc="lower right")
+
+
+def paired_intervals(root, profile: str, data_dir=None, n_boot: int = 1000) -> list[dict]:
+    """For every pair of methods (and outputs) on the same test images, per data set and net: the difference with
+    the interval over seeds and test images beside the Welch interval, from the runs' per-image predictions
+    (reproduction.paired.pair_rows; paired.table prints them)."""
+    import ebp_data
+    from reproduction import paired
+    groups = paired.run_predictions(load_successors(root, profile), root)
+    labels = {dataset: ebp_data.load_raw(dataset, data_dir)["test_labels"] for dataset, _ in groups}
+    return paired.pair_rows(groups, labels, n_boot)

@@ -142,18 +142,23 @@ def resume(path: Path, load, echo):
     return None
 
 
-def epoch_entry(epoch: int, step: dict, error, data: dict, loss: float, seconds: float,
-                cpu_seconds: float | None = None) -> dict:
+def epoch_entry(epoch: int, step: dict, error, data: dict, loss: float | None, seconds: float,
+                cpu_seconds: float | None = None, more=None) -> dict:
     """One epoch of a run's history: its number, `step` (the step size it trained with, e.g. {"learning_rate": r}),
     the validation, test and training error (the first TRAIN_ERROR_IMAGES fit images) as error(x, y) gives them, the
-    training loss, wall seconds and, where given, the process's CPU seconds (core-seconds: unlike wall time, not
-    stretched by other work on the machine nor by a paused process)."""
+    training loss (None for a method whose epoch computes none), wall seconds and, where given, the process's CPU
+    seconds (core-seconds: unlike wall time, not stretched by other work on the machine nor by a paused process).
+    more(x, y), if given, is {name: error} of the net's other outputs (EBP-P beside EBP-D), recorded as
+    "<split>_error_<name>"."""
     n_eval = min(len(data["x_fit"]), TRAIN_ERROR_IMAGES)
-    return {"epoch": epoch, **step,
-            "validation_error": error(data["x_val"], data["y_val"]),
-            "test_error": error(data["x_test"], data["y_test"]),
-            "train_error": error(data["x_fit"][:n_eval], data["y_fit"][:n_eval]),
-            "loss": round(loss, 6), "train_seconds": round(seconds, 2),
+    splits = {"validation": (data["x_val"], data["y_val"]), "test": (data["x_test"], data["y_test"]),
+              "train": (data["x_fit"][:n_eval], data["y_fit"][:n_eval])}
+    errors = {f"{split}_error": error(x, y) for split, (x, y) in splits.items()}
+    if more is not None:
+        errors.update({f"{split}_error_{name}": value for split, (x, y) in splits.items()
+                       for name, value in more(x, y).items()})
+    return {"epoch": epoch, **step, **errors,
+            "loss": None if loss is None else round(loss, 6), "train_seconds": round(seconds, 2),
             **({} if cpu_seconds is None else {"cpu_seconds": round(cpu_seconds, 2)})}
 
 

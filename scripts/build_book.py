@@ -10,7 +10,8 @@ repository root, so every page is read where it lives. Notebooks are rendered fr
 never executed. Sphinx warnings are errors (a broken cross-reference or a missing image fails the build). After
 the build, every page is checked for a script, stylesheet, image or frame loaded from the web: the book must
 open with no network, MathJax included (it is served from the book's own _static/mathjax).
-Prints the path of the book's index.html.
+Prints the path of the book's landing page, _build/html/book/index.html (Jupyter Book writes _build/html/index.html
+as a redirect to it, which some browsers do not follow from a file).
 
 The browser helpers (open_chromium, wait_for_mathjax) are shared with tests/test_book.py. They run the system's
 Chromium through its ChromeDriver (Debian: apt-get install chromium chromium-driver) and never download a
@@ -100,6 +101,11 @@ def build(out: Path = DEFAULT_OUT) -> Path:
     if not (html / "index.html").is_file():
         raise RuntimeError(f"jupyter-book reported success but wrote no {html / 'index.html'}")
     return html
+
+
+def landing_page(html: Path) -> Path:
+    """The book's root page (book/_toc.yml's root), the page to open: not the redirect index.html."""
+    return Path(html) / f"{toc_files(BOOK / '_toc.yml')[0]}.html"
 
 
 class _Assets(HTMLParser):
@@ -235,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         print("the book loads assets from the web (it must open offline):\n  " + "\n  ".join(remote),
               file=sys.stderr)
         return 1
-    print(f"book built in {time.perf_counter() - start:.0f} s: {html / 'index.html'}")
+    print(f"book built in {time.perf_counter() - start:.0f} s; open its landing page {landing_page(html)}")
     if args.screenshot:
         page, png = args.screenshot
         try:

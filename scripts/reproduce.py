@@ -20,7 +20,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from reproduction import folder, parameters, runner
+from reproduction import folder, paper_tables, parameters, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES_NOTEBOOK = ROOT / "notebooks" / "tables.ipynb"
@@ -54,6 +54,26 @@ def render_tables(runs_dir: Path, profile: str, dataset: str) -> tuple[Path, Bas
     return executed, error, retried
 
 
+def selection_note(args, selected: int) -> str:
+    """Why the command trained `selected` runs: the tables' runs in one dropout reading; the other reading's runs
+    (Table 3's dropout runs again, in their own folders) are a selection of their own."""
+    rows = paper_tables.select_rows(paper_tables.read_paper_tables(), args.table, args.column, args.run_ids,
+                                    args.weights)
+    dropout_runs = len({r["run_id"] for r in rows if r["dropout"] == "yes"}) * len(args.seed)
+    other = [r for r in parameters.DROPOUT_READINGS if r != args.dropout_reading]
+    return (f"{selected} runs selected: Tables 2-4 with Table 3 in the {args.dropout_reading} dropout reading; the "
+            f"{dropout_runs} dropout runs in the {' or '.join(other)} reading are a selection of their own: "
+            f"make reproduce RUN_ARGS=\"--dropout-reading {other[0]}\"")
+
+
+def seeds_note(args) -> str | None:
+    """One seed per cell gives no run-to-run spread, so no band: the tables show the paper beside ours, unjudged."""
+    if len(args.seed) > 1:
+        return None
+    return ("one seed: no band (the band needs two seeds or more per cell; the tables show the paper's number beside "
+            "ours without judging it): RUN_ARGS=\"--seed 0 1 2\" trains three")
+
+
 def closing_lines(runs_dir: Path, profile: str, executed: Path, failed: int) -> list[str]:
     """Where the tables and the figure are; a smoke-test warning for a shortened profile; what to do about
     failed runs."""
@@ -76,6 +96,7 @@ def main(argv=None) -> int:
     status, outcomes = run_tables.run(argv)
     if args.list or status == 2:
         return status
+    print(selection_note(args, len(outcomes)))
     runs_dir = args.runs_dir.resolve()
     print(f"rendering the tables of profile {args.profile} from the runs in {runs_dir} (notebooks/tables.ipynb)")
     executed, error, retried = render_tables(runs_dir, args.profile, args.dataset)
@@ -86,7 +107,8 @@ def main(argv=None) -> int:
               f"failing cell: {executed}", file=sys.stderr)
         status = status or 1
     failed = sum(o["status"] == "failed" for o in outcomes)
-    print("\n".join(closing_lines(runs_dir, args.profile, executed, failed)))
+    print("\n".join(closing_lines(runs_dir, args.profile, executed, failed)
+                    + [note for note in [seeds_note(args)] if note]))
     return status
 
 

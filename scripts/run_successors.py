@@ -19,7 +19,9 @@ Examples (from the repository root; `python` is the project's interpreter, e.g. 
   python scripts/run_successors.py --seed 0 1 2                           # the full protocol: 3 methods x 2 nets x 2 datasets
                                                                           # (at most ~8.5 core-hours: notebooks/successors.ipynb)
   python scripts/run_successors.py --method bop --arch 800 --dataset mnist
+  python scripts/run_successors.py --method ebp-tuned ebp-tuned-dropout --seed 0 1 2   # EBP tuned like them
   python scripts/run_successors.py --seed 0 1 2 --list                    # state of every run; runs nothing
+  python scripts/run_successors.py --profile sensitivity --method ste --arch 800 --dataset fashion-mnist --seed 0 1 2
 """
 from __future__ import annotations
 
@@ -30,21 +32,25 @@ import sys
 from reproduction import successors as sc
 from reproduction import tuned
 
-METHOD_NAMES = ("ste", "bop", "bayesbinn")  # successors.METHODS, without importing JAX to parse a command line
+SUCCESSOR_NAMES = ("ste", "bop", "bayesbinn")  # successors.METHODS, without importing JAX to parse a command line
+EBP_NAMES = ("ebp-tuned", "ebp-tuned-dropout")  # EBP on the successors' terms (successors.ebp)
+METHOD_NAMES = SUCCESSOR_NAMES + EBP_NAMES
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="run_successors.py", description=__doc__.split("\nExamples")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", nargs="+", choices=METHOD_NAMES, default=list(METHOD_NAMES))
+    parser.add_argument("--method", nargs="+", choices=METHOD_NAMES, default=list(SUCCESSOR_NAMES),
+                        help="default: the three successors; ebp-tuned (-dropout): EBP tuned like them")
     parser.add_argument("--arch", nargs="+", default=list(sc.ARCHITECTURES),
                         help="hidden sizes joined by '-' (default: the paper's 800 and 800-800)")
     parser.add_argument("--dataset", nargs="+", choices=sc.DATASETS, default=list(sc.DATASETS))
     parser.add_argument("--seed", nargs="+", type=int, default=[0], help="seeds (default 0)")
     parser.add_argument("--profile", choices=sc.PROFILES, default="tuned",
-                        help="tuned: the full protocol (default); smoke: a pipeline check in minutes, recorded as "
-                             "protocol 'smoke' under outputs/successors/smoke")
-    for name in ("grid_epochs", "max_epochs", "n_train", "n_validation", "mc_samples"):
+                        help="tuned: the full protocol (default); sensitivity: the grid scored after 10 epochs and "
+                             "stopping after 30 without a best (outputs/successors/sensitivity); smoke: a pipeline "
+                             "check in minutes, recorded as protocol 'smoke' under outputs/successors/smoke")
+    for name in ("grid_epochs", "max_epochs", "patience", "stop_patience", "n_train", "n_validation", "mc_samples"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name)
     parser.add_argument("--tune-seed", type=int, dest="tune_seed",
                         help="run the grid on this seed only and train the other seeds at its choice (default: "
@@ -60,8 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def select_jobs(args) -> list[tuple[dict, object]]:
     """(parameters, folder) of every selected run, all validated: seed by seed (increasing; with --tune-seed, that
     seed first, whose grid the others use), dataset, net, method."""
-    overrides = {k: getattr(args, k) for k in ("grid_epochs", "max_epochs", "n_train", "n_validation", "mc_samples",
-                                               "tune_seed")}
+    overrides = {k: getattr(args, k) for k in ("grid_epochs", "max_epochs", "patience", "stop_patience", "n_train",
+                                               "n_validation", "mc_samples", "tune_seed")}
     jobs = []
     for seed in sorted(set(args.seed), key=lambda s: (s != args.tune_seed, s)):
         for dataset in args.dataset:

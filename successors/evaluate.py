@@ -61,12 +61,16 @@ def float_logits(weights: list, real: dict, stats: dict, x: np.ndarray) -> np.nd
     return np.exp(real["log_scale"]) * (h @ np.asarray(weights[-1], np.float64)) + real["bias"]
 
 
-def packed_check(weights: list, real: dict, stats: dict, x: np.ndarray, labels: np.ndarray) -> dict:
+def packed_check(weights: list, real: dict, stats: dict, x: np.ndarray, labels: np.ndarray,
+                 predictions: dict | None = None) -> dict:
     """Test error of the packed net (ebp_binary.predict, engine "auto"), and the images on which its prediction
-    differs from the float64 evaluation of the unfolded net (float_logits)."""
+    differs from the float64 evaluation of the unfolded net (float_logits); the packed net's predicted classes
+    go into `predictions["deployed"]` where a dict is given."""
     packed = fold(weights, real, stats)
     counts: dict = {}
     packed_pred = eb.predict(packed, x, engine="auto", counts=counts)
+    if predictions is not None:
+        predictions["deployed"] = packed_pred
     float_pred = float_logits(weights, real, stats, x).argmax(axis=1)
     return {"error": float(np.mean(packed_pred != labels)), "mismatches": int(np.sum(packed_pred != float_pred)),
             "near_ties": int(counts.get("near_ties", 0)), "model_bytes": eb.model_bytes(packed)["total"]}
@@ -94,3 +98,49 @@ def reliability(probabilities: np.ndarray, labels: np.ndarray, n_bins: int = ECE
 
 def error(probabilities: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(probabilities.argmax(axis=1) != labels))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Per-image predictions: what a paired analysis over test images needs (reproduction.paired), kept small
+# ----------------------------------------------------------------------------------------------------------
+
+N_CLASSES = 10
+
+
+class PredictionsError(ValueError):
+    """A predictions file that is not one: unreadable, or an array of another name, dtype or shape."""
+
+
+def save_predictions(path, predictions: dict) -> None:
+    """{output name: predicted class per test image} as one compressed .npz of uint8 arrays (no pickle), written
+    atomically (records.write_atomically). ValueError for a class outside 0..9 or arrays of unequal length."""
+    import io
+
+    from reproduction import records
+    arrays = {name: np.asarray(p) for name, p in predictions.items()}
+    lengths = {len(p) for p in arrays.values()}
+    if not arrays or len(lengths) != 1 or any(p.ndim != 1 for p in arrays.values()):
+        raise ValueError(f"predictions {sorted(arrays)} must be one-dimensional arrays of one length, not {lengths}")
+    for name, p in arrays.items():
+        if p.size and (p.min() < 0 or p.max() >= N_CLASSES or not np.issubdtype(p.dtype, np.integer)):
+            raise ValueError(f"predictions[{name!r}] must hold integer classes 0..{N_CLASSES - 1}")
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{name: p.astype(np.uint8) for name, p in arrays.items()})
+    records.write_atomically(path, buffer.getvalue())
+
+
+def load_predictions(path, n_images: int | None = None) -> dict[str, np.ndarray]:
+    """The arrays of a predictions file (save_predictions), read with allow_pickle=False; PredictionsError naming
+    the file and what is wrong (not an .npz, not uint8, not one-dimensional, a class above 9, not `n_images`
+    long where given)."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {name: f[name] for name in f.files}
+    except (OSError, ValueError, EOFError) as err:
+        raise PredictionsError(f"{path}: not a predictions file ({err}); recompute it") from err
+    for name, p in arrays.items():
+        if p.dtype != np.uint8 or p.ndim != 1 or (p.size and p.max() >= N_CLASSES) or (
+                n_images is not None and len(p) != n_images):
+            raise PredictionsError(f"{path}: array {name!r} is {p.dtype}{list(p.shape)}, not uint8 classes 0..9 of "
+                                   f"{n_images or 'the'} test images; recompute it")
+    return arrays

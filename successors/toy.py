@@ -13,6 +13,9 @@ straight through). Unlike successors.mlp there is no batch normalisation (it wou
 threshold, a finer boundary than the toy net's ±1 bias can draw) and no per-class output weights and bias (two
 classes' ±1 columns differ by −2, 0 or 2, and their biases by a real: another, richer net).
 
+`noisy_loss` is the other model: the same ±1 weights under notebook 03b's unit noise (every unit adds N(0, 1) to
+its input; no output scale), the likelihood EBP itself approximates; `train(..., model="noisy")` uses it.
+
 `train` runs a method's own `step` (the rule of successors.ste or successors.bayesbinn, unchanged) with `loss` of
 this net. Outputs: `deployed_probability` (a ±1 net: STE's sign(w_r), BayesBiNN's mode sign(λ)) and, for
 BayesBiNN, `mean_field_probability`: its predictive Σ_w q(w) P(y = +1 | x, w) summed exactly (the limit of the Monte
@@ -44,9 +47,32 @@ def loss(weights: list, real: dict, stats: dict, x, y):
     return jnp.mean(jax.nn.softplus(-y * logits(weights, real, x))), stats
 
 
+def noisy_probability(weights: list, x):
+    """P(y = +1 | x, W) of notebook 03b's model with unit noise: v_i = sign(x·W1_i + ε_i), y = sign(v·W2 + ε),
+    every ε ~ N(0, 1). Given x the v_i are independent with P(v_i = +1) = Φ(x·W1_i), so the sum over the 2^H
+    patterns v is exact: Σ_v P(v) Φ(v·W2). Smooth in real (relaxed) weights, as BayesBiNN's step needs."""
+    q = jax.scipy.special.ndtr(x @ weights[0])                                  # (points, H)
+    hidden = q.shape[1]
+    patterns = jnp.asarray(list(itertools.product([-1.0, 1.0], repeat=hidden)), q.dtype)   # (2^H, H)
+    p_v = jnp.prod(jnp.where(patterns[None] > 0, q[:, None, :], 1 - q[:, None, :]), axis=2)   # (points, 2^H)
+    return p_v @ jax.scipy.special.ndtr(patterns @ weights[1][:, 0])
+
+
+def noisy_loss(weights: list, real: dict, stats: dict, x, y):
+    """Mean −ln P(y | x, W) under the unit-noise model (noisy_probability); `real` is unused (the model has no
+    output scale: its output noise has variance 1), `stats` passes through."""
+    p = jnp.clip(noisy_probability(weights, x), 1e-12, 1 - 1e-12)
+    return -jnp.mean(jnp.where(y > 0, jnp.log(p), jnp.log1p(-p))), stats
+
+
+LOSSES = {"noiseless": loss, "noisy": noisy_loss}
+
+
 def init(method: str, key, hidden: int, hyper: dict, dtype=jnp.float32) -> dict:
-    """The method's start on the (3, hidden, 1) net: STE's Glorot-uniform latent weights or BayesBiNN's
-    λ ~ U(−1, 1)·lambda_init (as ste.init, bayesbinn.init), e^s = 1/sqrt(hidden) (mlp.init_real), Adam's state."""
+    """The method's start on the (3, hidden, 1) net: STE's Glorot-uniform latent weights (as ste.init), or
+    BayesBiNN's λ = ±lambda_init, each sign with probability 1/2 (as bayesbinn.init, the authors' rule:
+    github.com/team-approx-bayes/BayesBiNN optimizers/BayesBiNN.py line 72; their two-moons run in
+    synthetic_data.ipynb passes lamda_init=15, lamda_std=0); e^s = 1/sqrt(hidden) (mlp.init_real); Adam's state."""
     sizes = (3, hidden, 1)
     keys = jax.random.split(key, 2)
     real = {"log_scale": jnp.asarray(-0.5 * np.log(hidden), dtype)}
@@ -55,26 +81,29 @@ def init(method: str, key, hidden: int, hyper: dict, dtype=jnp.float32) -> dict:
                   for k, s in zip(keys, zip(sizes[:-1], sizes[1:]))]
         params = {"latent": latent, "real": real}
         return {**params, "stats": {}, "adam": ste.ADAM.init(params)}
-    lam = [hyper["lambda_init"] * jax.random.uniform(k, s, dtype, -1.0, 1.0)
+    lam = [hyper["lambda_init"] * jnp.where(jax.random.bernoulli(k, 0.5, s), 1.0, -1.0).astype(dtype)
            for k, s in zip(keys, zip(sizes[:-1], sizes[1:]))]
     return {"lam": lam, "real": real, "stats": {}, "adam": bayesbinn.ADAM.init(real)}
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _run(method: str, state: dict, xb, yb, key, hyper: dict) -> dict:
+@functools.partial(jax.jit, static_argnums=(0, 6))
+def _run(method: str, state: dict, xb, yb, key, hyper: dict, model: str = "noiseless") -> dict:
     def body(carry, inputs):
         i, x, y = inputs
-        return METHODS[method].step(carry, x, y, jax.random.fold_in(key, i), hyper, loss=loss)
+        return METHODS[method].step(carry, x, y, jax.random.fold_in(key, i), hyper, loss=LOSSES[model])
     return jax.lax.scan(body, state, (jnp.arange(len(xb)), xb, yb))[0]
 
 
 def train(method: str, x: np.ndarray, y: np.ndarray, hidden: int, hyper: dict, seed: int, epochs: int,
-          batch_size: int, x64: bool = False) -> dict:
+          batch_size: int, x64: bool = False, model: str = "noiseless") -> dict:
     """`epochs` passes over (x, y) in minibatches of `batch_size` (a new random order each pass, a last partial
     batch dropped), each one `step` of `method` ("ste" or "bayesbinn"); the seed sets the start, the orders and
     the method's noise. `hyper`: the step's hyperparameters (floats; the step-size factor `decay` is 1).
     x64: train in float64 (under jax.enable_x64; the methods' random draws stay float32), so that the rounding of
-    another CPU's instructions is less likely to change the run (the state is then float64)."""
+    another CPU's instructions is less likely to change the run (the state is then float64).
+    model: "noiseless" (`loss`, the net above) or "noisy" (`noisy_loss`, notebook 03b's unit-noise model)."""
+    if model not in LOSSES:
+        raise ValueError(f"model must be one of {sorted(LOSSES)}, got {model!r}")
     rng = np.random.default_rng(seed)
     n = len(x) // batch_size * batch_size
     idx = np.array([rng.permutation(len(x))[:n] for _ in range(epochs)], int).reshape(-1, batch_size)
@@ -83,7 +112,7 @@ def train(method: str, x: np.ndarray, y: np.ndarray, hidden: int, hyper: dict, s
         hyper = {k: jnp.asarray(v, dtype) for k, v in {"decay": 1.0, **hyper}.items()}
         key_init, key_run = jax.random.split(jax.random.PRNGKey(seed))
         state = init(method, key_init, hidden, hyper, dtype)
-        return _run(method, state, jnp.asarray(x[idx], dtype), jnp.asarray(y[idx], dtype), key_run, hyper)
+        return _run(method, state, jnp.asarray(x[idx], dtype), jnp.asarray(y[idx], dtype), key_run, hyper, model)
 
 
 def deployed(method: str, state: dict) -> list:

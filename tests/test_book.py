@@ -22,6 +22,7 @@ import pytest
 
 import ebp_analysis
 from scripts import build_book
+from tests.test_readme import prose_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -343,3 +344,96 @@ def test_landing_page_shows_the_figure_the_headline_and_the_way_in(browser, book
     rest = iter(linked)
     assert all(page in rest for page in others), \
         f"the landing page does not list the pages in reading order: {linked}"
+
+
+# The report pages whose answer comes first: an "In short" box on the first screen, and no code shown.
+ANSWER_FIRST = ("notebooks/comparison", "notebooks/successors", "notebooks/reproduction_evidence")
+
+MEASURE = r"""
+const article = document.querySelector('article') || document.body;
+const column = article.getBoundingClientRect().width;
+const top = (e) => e ? e.getBoundingClientRect().top + window.scrollY : null;
+const heading = (words) => [...article.querySelectorAll('h2')].find((h) => h.textContent.includes(words));
+const box = [...article.querySelectorAll('blockquote')].find((b) => b.textContent.includes('In short'));
+const tables = [...article.querySelectorAll('table')];
+return {
+  screen: window.innerHeight,  // the first screen: what a 1280 x 900 window shows of the page
+  height: document.documentElement.scrollHeight,
+  first_table: top(tables[0]),
+  first_table_text: tables.length ? tables[0].textContent.replace(/\s+/g, ' ') : '',
+  in_short: top(box),
+  glossary: top(heading('Glossary')), reading_order: top(heading('Reading order')),
+  first_figure: top(article.querySelector('img')),
+  shown_inputs: [...article.querySelectorAll('.cell_input')].filter((e) => e.offsetParent !== null && !e.closest('details:not([open])')
+                                                                          && e.getBoundingClientRect().height > 0).length,
+  // A table whose numbers do not fit: wider than its box (which then scrolls), or than the column.
+  wide_tables: tables.filter((t) => Math.max(t.scrollWidth, t.parentElement.scrollWidth) > t.parentElement.clientWidth + 1
+                                    || t.getBoundingClientRect().width > column + 1)
+                     .map((t) => `${Math.max(t.scrollWidth, t.parentElement.scrollWidth)} px in `
+                                 + `${t.parentElement.clientWidth}: ${t.textContent.trim().slice(0, 60)}`),
+};
+"""
+
+
+def measure(browser, book, page) -> dict:
+    browser.get((book / f"{page}.html").as_uri())
+    build_book.wait_for_mathjax(browser)
+    return browser.execute_script(MEASURE)
+
+
+def test_landing_page_opens_with_the_headline_then_the_glossary_and_the_way_in(browser, book):
+    """On the first screen the paper's headline numbers beside ours (the generated headline's table); the
+    glossary before the first result of the figure and the counts; the reading order within two screens."""
+    seen = measure(browser, book, PAGES[0])
+    headline = (ROOT / "outputs" / "runs" / "paper" / "headline.md").read_text(encoding="utf-8")
+    ours = re.findall(r"\*\*(\d+\.\d+ ± \d+\.\d+%)\*\*", headline)
+    assert len(ours) == 2 and all(o in seen["first_table_text"] for o in ours), (ours, seen["first_table_text"])
+    assert "2.12%" in seen["first_table_text"] and "1.66%" in seen["first_table_text"], seen["first_table_text"]
+    assert seen["first_table"] < seen["screen"] - 100, f"the headline starts at {seen['first_table']:.0f} px"
+    assert seen["glossary"] < seen["first_figure"], "the glossary comes after the first result"
+    assert seen["reading_order"] < 2 * seen["screen"], f"the reading order starts at {seen['reading_order']:.0f} px"
+
+
+@pytest.mark.parametrize("page", ANSWER_FIRST)
+def test_report_page_opens_with_its_answer_and_hides_its_code(browser, book, page):
+    """An "In short" box on the first screen and no code cell shown (hide-input / remove-input tags)."""
+    seen = measure(browser, book, page)
+    assert seen["in_short"] is not None and seen["in_short"] < seen["screen"] - 100, \
+        f"In short box at {seen['in_short']} px, the first screen is {seen['screen']} px"
+    assert seen["shown_inputs"] == 0, f"{seen['shown_inputs']} code cells shown"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_tables_fit_the_column(browser, book, page):
+    """Every table fits its column whole: none needs a sideways scroll to show a column of numbers."""
+    seen = measure(browser, book, page)
+    assert not seen["wide_tables"], "tables wider than the column:\n  " + "\n  ".join(seen["wide_tables"])
+
+
+# Words that name another page of the book: each such mention on a page I open to report is a link.
+CROSS_REFERENCE = re.compile(r"\b[Nn]otebooks? \d\d[a-z]?\b|`(?:notebooks/)?[\w./]+\.ipynb`|`docs/\w+\.md`")
+
+
+@pytest.mark.parametrize("page", ANSWER_FIRST)
+def test_cross_references_are_links(page):
+    """"notebook 09", `tables.ipynb`, `docs/maths.md` in a report page's prose are Markdown links (which
+    test_page_in_browser then follows), not words."""
+    text, _ = markdown_and_figures(page)
+    prose = re.sub(r"\[[^\]]*\]\([^)]*\)", "LINK", text)
+    assert not CROSS_REFERENCE.findall(prose), CROSS_REFERENCE.findall(prose)
+
+
+def in_short_box(page: str) -> str:
+    """The Markdown a report page's "In short" cell prints (its input is removed from the book)."""
+    cells = json.loads(source_of(page).read_text(encoding="utf-8"))["cells"]
+    texts = ["".join(o["data"]["text/markdown"]) for c in cells for o in c.get("outputs", [])
+             if "text/markdown" in o.get("data", {}) and "In short" in "".join(o["data"]["text/markdown"])]
+    assert len(texts) == 1, f"{page}: {len(texts)} In short boxes"
+    return texts[0]
+
+
+@pytest.mark.parametrize("page", ANSWER_FIRST)
+def test_in_short_box_is_short_and_plain(page):
+    """At most five sentences, about 20 words each on average, none over 40."""
+    words = [len(s.split()) for s in prose_sentences(in_short_box(page))]
+    assert len(words) <= 5 and sum(words) / len(words) <= 21 and max(words) <= 40, words

@@ -108,6 +108,17 @@ def test_the_committed_quick_runs_are_every_run_make_reproduce_selects():
     assert max(errors.values()) < parameters.NOT_LEARNING, errors
 
 
+def test_reproduce_says_why_it_selects_its_runs_and_that_one_seed_gives_no_band():
+    """The 50 runs of the default selection are Tables 2-4 with sampled dropout; the 18 analytic-reading runs of the
+    committed quick profile are named as a selection of their own; one seed says "no band", three seeds say nothing."""
+    reproduce, args = load_script("reproduce"), load_script("run_tables").parse_args(["--all"])
+    note = reproduce.selection_note(args, len(default_jobs()))
+    assert note.startswith("50 runs selected") and "the 18 dropout runs in the analytic reading" in note, note
+    assert "--dropout-reading analytic" in note
+    assert reproduce.seeds_note(args).startswith("one seed: no band")
+    assert reproduce.seeds_note(load_script("run_tables").parse_args(["--all", "--seed", "0", "1", "2"])) is None
+
+
 def dying_kernel_spec(folder: Path, counter: Path, die_at: tuple[int, ...]) -> Path:
     """A Jupyter data folder (for JUPYTER_PATH) whose python3 kernel exits at once at the `die_at`-th starts
     (counted in the file `counter`, from 1), as a kernel does that dies before replying to kernel_info, and is this
@@ -159,6 +170,7 @@ def test_what_reproduce_writes_for_the_quick_profile_is_ignored_by_git():
     """A fresh clone's `make reproduce` leaves `git status` clean: the quick profile's rendering is git-ignored
     (the paper profile's is committed, as the README says)."""
     written = ["outputs/runs/quick/tables.md", "outputs/runs/quick/summary.md", "outputs/runs/quick/agreement.png",
+               "outputs/runs/quick/authors_code.md",
                "outputs/runs/quick/tables.ipynb", "outputs/runs/quick-fashion-mnist/tables.md",
                "outputs/runs/paper/tables.ipynb"]
     done = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True)

@@ -1,6 +1,7 @@
 """Every numbered notebook has the shape the series promises a reader: one `parameters` cell (papermill can
 parametrise it), at least one figure in its committed outputs, a summary, and exercises each with its own
 revealable solution."""
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 
 # 00_ ... 10_, and a lettered notebook between two numbers (03b_ comes after 03_ and before 04_)
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
 def _cells(path):
@@ -41,3 +43,20 @@ def test_a_numbered_notebook_has_parameters_a_figure_a_summary_and_a_solution_pe
     assert "## Summary" in headers and "## Exercises" in headers
     exercises, solutions = _exercises_and_solutions(cells)
     assert exercises >= 1 and solutions == exercises, (exercises, solutions)
+
+
+def _sentence_counts():
+    spec = importlib.util.spec_from_file_location("sentence_lengths", ROOT / "scripts" / "sentence_lengths.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {path.stem: module.notebook_counts(path) for path in NOTEBOOKS}
+
+
+def test_the_prose_keeps_short_sentences():
+    # scripts/sentence_lengths.py's rules: maths and code spans one word each, list items prose, tables dropped
+    counts = _sentence_counts()
+    means = {name: sum(c) / len(c) for name, c in counts.items()}
+    every = [n for c in counts.values() for n in c]
+    assert sum(every) / len(every) <= 22, f"series: {sum(every) / len(every):.1f} words a sentence (at most 22)"
+    long = {name: round(m, 1) for name, m in means.items() if m > 25}
+    assert not long, f"notebooks averaging over 25 words a sentence: {long}"

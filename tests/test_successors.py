@@ -356,3 +356,23 @@ def test_runner_orders_runs_seed_0_first_and_mnist_800_first(tmp_path):
     assert [s for s, *_ in order] == sorted(s for s, *_ in order)  # every seed-0 run before any other
     jobs = script.select_jobs(script.parse_args(["--seed", "0", "1", "2", "--tune-seed", "1", "--out", str(tmp_path)]))
     assert [p["seed"] for p, _ in jobs[:12]] == [1] * 12 and all(p["tune_seed"] == 1 for p, _ in jobs)
+
+
+def test_the_sensitivity_profile_scores_the_grid_later_and_stops_later_and_says_so(tmp_path):
+    import importlib.util
+    params = sc.make_parameters("ste", "fashion-mnist", "800", "sensitivity", seed=1)
+    tuned_params = sc.make_parameters("ste", "fashion-mnist", "800", seed=1)
+    assert (params["grid_epochs"], params["stop_patience"], params["patience"]) == (10, 30, 5)
+    assert {k: v for k, v in params.items() if k not in ("grid_epochs", "stop_patience", "profile")} == {
+        k: v for k, v in tuned_params.items() if k not in ("grid_epochs", "stop_patience", "profile")}
+    assert sc.protocol_label(params) == "sensitivity" and sc.protocol_label(tuned_params) == "tuned"
+    assert sc.protocol_label(sc.make_parameters("ste", "fashion-mnist", "800", "sensitivity", max_epochs=50)) == \
+        "shortened"
+    assert sc.run_dir(params).parts[-3:] == ("sensitivity", "fashion-mnist", "ste-800-seed1")
+    spec = importlib.util.spec_from_file_location("run_successors", sc.REPO / "scripts" / "run_successors.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    (p, _), = script.select_jobs(script.parse_args(["--method", "ste", "--arch", "800", "--dataset", "mnist",
+                                                    "--stop-patience", "40", "--patience", "8", "--out",
+                                                    str(tmp_path)]))
+    assert (p["stop_patience"], p["patience"]) == (40, 8)

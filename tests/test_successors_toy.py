@@ -74,3 +74,35 @@ def test_training_reproduces_itself_and_learns_a_line(method, hyper, x64):
         trained, untrained = (float(toy.loss(toy.deployed(method, s), s["real"], {}, x, y)[0]) for s in (first, start))
     assert trained < untrained
 
+
+
+def test_bayesbinn_starts_at_plus_or_minus_lambda_init_as_the_authors_do():
+    # the authors' two-moons run: lamda_init=15, lamda_std=0, each sign with probability 1/2
+    state = toy.init("bayesbinn", jax.random.PRNGKey(0), 50, {"lambda_init": 15.0})
+    lam = np.concatenate([np.asarray(a).ravel() for a in state["lam"]])
+    np.testing.assert_array_equal(np.abs(lam), 15.0)
+    assert 0.3 < np.mean(lam > 0) < 0.7                  # 200 signs: a fair coin lands here with p > 0.99999
+
+
+def test_noisy_probability_is_the_sum_over_the_units_noise():
+    # against Monte Carlo over the unit noise: v_i = sign(x·W1_i + ε_i), y = sign(v·W2 + ε)
+    rng = np.random.default_rng(3)
+    w = [rng.choice([-1.0, 1.0], (3, 3)), rng.choice([-1.0, 1.0], (3, 1))]
+    x = np.c_[rng.normal(size=(4, 2)), np.ones(4)]
+    eps = rng.standard_normal((200_000, 4, 3))
+    v = np.where(x @ w[0] + eps >= 0, 1.0, -1.0)
+    mc = np.mean(v @ w[1][:, 0] + rng.standard_normal((200_000, 4)) >= 0, axis=0)
+    exact = np.asarray(toy.noisy_probability([jnp.asarray(a) for a in w], jnp.asarray(x)))
+    assert np.abs(mc - exact).max() < 5 * 0.5 / np.sqrt(200_000)
+
+
+def test_bayesbinn_on_the_noisy_model_learns_a_line_and_rejects_an_unknown_model():
+    rng = np.random.default_rng(2)
+    points = rng.uniform(-1, 1, (60, 2))
+    x, y = np.c_[points, np.ones(60)], np.where(points @ [1.0, 1.0] + 1 > 0, 1.0, -1.0)
+    hyper = {**bayesbinn.FIXED, "alpha": 1e-2, "n_data": 60.0, "tau": 1.0, "lambda_init": 15.0}
+    state = toy.train("bayesbinn", x, y, 3, hyper, seed=0, epochs=300, batch_size=20, model="noisy")
+    p = np.asarray(toy.noisy_probability(toy.deployed("bayesbinn", state), jnp.asarray(x)))
+    assert np.mean((p > 0.5) != (y > 0)) < 0.15
+    with pytest.raises(ValueError, match="model must be one of"):
+        toy.train("bayesbinn", x, y, 3, hyper, seed=0, epochs=1, batch_size=20, model="noise")
