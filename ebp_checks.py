@@ -28,6 +28,7 @@ from ebp_lib import (
     increments,
     layer_moments,
     log_phi_ratio,
+    mean_input,
     output_delta,
     sign_network,
     unit_mean,
@@ -460,12 +461,12 @@ def log_likelihood_from(net: Network, fwd: Pass, y: np.ndarray, k: int, mu: np.n
     values of the forward pass `fwd` (docs/maths.md §Backward pass): the function whose derivatives Δ and the h
     increments are. Layers are numbered from 0. Sampled dropout masks of `fwd` are applied as in forward."""
     if m is not None:
-        mu = (fwd.inputs[k] @ m.T + net.layers[k].b) / np.sqrt(net.layers[k].normaliser)
+        mu = mean_input(net.layers[k], fwd.inputs[k], m)
     for j in range(k + 1, len(net.layers)):
         nu = unit_mean(mu, fwd.sigma2[j - 1])
         if fwd.masks[j] is not None:
             nu = nu * fwd.masks[j]
-        mu = (nu @ fwd.w_mean[j].T + net.layers[j].b) / np.sqrt(net.layers[j].normaliser)
+        mu = mean_input(net.layers[j], nu, fwd.w_mean[j])
     return float(np.sum(special.log_ndtr(y * mu / np.sqrt(fwd.sigma2[-1]))))
 
 

@@ -51,13 +51,15 @@ REFERENCES = {
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: a static argument of jit
 class Structure:
     """What a step needs besides the parameters, fixed for a network: weight type, dropout reading and keep
-    probability, each layer's connectivity mask (None: dense), whether masked weights are held, and N."""
+    probability, each layer's connectivity mask (None: dense), whether masked weights are held, N, and each
+    layer's convolution geometry (ebp_conv.Conv; None: a dense or locally connected layer)."""
     weights: str
     dropout: str | None
     keep: float
     masks: tuple
     held: bool
     norms: tuple
+    convs: tuple = ()
 
 
 _STRUCTURES: dict = {}  # one Structure per network configuration and dtype: see structure
@@ -79,7 +81,8 @@ def structure(net: ebp_lib.Network, dtype=None) -> Structure:
         _STRUCTURES[key] = Structure(
             net.weights, net.dropout, float(net.keep),
             tuple(None if layer.mask is None else jnp.asarray(layer.mask, dtype) for layer in net.layers),
-            any(layer.held for layer in net.layers), tuple(jnp.asarray(layer.normaliser, dtype) for layer in net.layers))
+            any(layer.held for layer in net.layers), tuple(jnp.asarray(layer.normaliser, dtype) for layer in net.layers),
+            tuple(layer.conv for layer in net.layers))
     return _STRUCTURES[key]
 
 
@@ -135,6 +138,30 @@ def mean_input(nu, m, b):
     return matmul(jnp.concatenate([nu, ones], axis=1), jnp.concatenate([m, b[:, None]], axis=1).T)
 
 
+def correlate(v, w, g):
+    """ebp_conv.correlate with jax.lax.conv_general_dilated: (B, C·S·S) flat maps and a (channels, C·k·k) kernel
+    → (B, channels·P) flat output maps, Σ_r w_{o,r} v_{p,r} ("valid", stride g.stride)."""
+    maps = v.reshape(v.shape[0], g.in_channels, g.in_side, g.in_side)
+    kernel = w.reshape(g.channels, g.in_channels, g.kernel, g.kernel)
+    out = jax.lax.conv_general_dilated(maps, kernel, (g.stride, g.stride), "VALID",
+                                       dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=MATMUL_PRECISION)
+    return out.reshape(v.shape[0], g.units)
+
+
+def conv_moments(nu, v2, nu2, m, b, w2, n, g):
+    """μ and σ² of a convolutional layer (ebp_conv.moments), σ² frozen:
+
+        μ = (⟨W⟩ ⋆ ν + b)/√N,   σ² = (⟨W²⟩ ⋆ ⟨v²⟩ − ⟨W⟩² ⋆ ν² + 1)/N
+
+    ⟨W²⟩ = None: 1 (binary weights); ⟨v²⟩ = None: 1 (±1 units), where the first term is Σ_r ⟨W²_{o,r}⟩."""
+    if v2 is None:
+        second = float(g.fan_in) * jnp.ones_like(n) if w2 is None else jnp.repeat(w2.sum(axis=1), g.positions)
+    else:
+        second = correlate(v2, jnp.ones_like(m) if w2 is None else w2, g)
+    sigma2 = jax.lax.stop_gradient((second - correlate(nu2, m * m, g) + 1.0) / n)
+    return (correlate(nu, m, g) + jnp.repeat(b, g.positions)) / jnp.sqrt(n), sigma2
+
+
 def forward(means, biases, seconds, x, input_scales, s: Structure):
     """The forward pass of ebp_lib.forward, layer by layer: yields μ and σ² of every layer,
 
@@ -143,18 +170,24 @@ def forward(means, biases, seconds, x, input_scales, s: Structure):
     with every σ² frozen (stop_gradient: EBP's gradient holds the variances fixed; no effect on values).
     `input_scales[k]` multiplies layer k's inputs (None: nothing): a sampled dropout mask in training, the keep
     probability p at test time; ν → ν·m and ⟨v²⟩ → ⟨v²⟩·m² (m² = m for a 0/1 mask). The analytic dropout reading
-    scales the image's ν² by ebp_lib.analytic_factor."""
+    scales the image's ν² by ebp_lib.analytic_factor. A convolutional layer computes the same moments as
+    convolutions (conv_moments)."""
     nu, v2, nu2 = x, x * x, x * x
     if s.dropout == "analytic":
         nu2 = ebp_lib.analytic_factor(s.keep) * nu2
-    for k, (m, b, w2, n) in enumerate(zip(means, biases, seconds, s.norms)):
+    convs = s.convs or (None,) * len(s.norms)
+    for k, (m, b, w2, n, g) in enumerate(zip(means, biases, seconds, s.norms, convs)):
         scale = input_scales[k]
         if scale is not None:
             nu = nu * scale
             v2 = scale * scale * jnp.ones_like(nu) if v2 is None else v2 * (scale * scale)
             nu2 = nu * nu
-        sigma2 = jax.lax.stop_gradient((second_moment_sum(v2, w2, m, nu.shape[0]) - matmul(nu2, (m * m).T) + 1.0) / n)
-        mu = mean_input(nu, m, b) / jnp.sqrt(n)
+        if g is not None:
+            mu, sigma2 = conv_moments(nu, v2, nu2, m, b, w2, n, g)
+        else:
+            sigma2 = jax.lax.stop_gradient((second_moment_sum(v2, w2, m, nu.shape[0]) - matmul(nu2, (m * m).T) + 1.0)
+                                           / n)
+            mu = mean_input(nu, m, b) / jnp.sqrt(n)
         yield mu, sigma2
         nu = erf(mu / jnp.sqrt(2.0 * sigma2))
         v2, nu2 = None, nu * nu
@@ -390,9 +423,12 @@ def ebp_d(params, x, s: Structure):
     real bias, hidden units sign(u) (+1 at 0), a linear output; sampled dropout scales W by p."""
     scale = s.keep if s.dropout == "sampled" else 1.0
     v, last = x, len(params) - 1
-    for k, ((h, b), mask) in enumerate(zip(params, s.masks)):
+    for k, ((h, b), mask, g) in enumerate(zip(params, s.masks, s.convs or (None,) * len(params))):
         w = jnp.sign(h) if s.weights == "binary" else h
-        u = scale * matmul(v, (w if mask is None else w * mask).T) + b
+        if g is not None:  # a convolution of the sign kernels (ebp_conv.sign_layer)
+            u = scale * correlate(v, w, g) + jnp.repeat(b, g.positions)
+        else:
+            u = scale * matmul(v, (w if mask is None else w * mask).T) + b
         v = u if k == last else jnp.where(u >= 0, 1.0, -1.0).astype(u.dtype)
     return v
 

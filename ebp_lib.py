@@ -13,7 +13,8 @@ checkpoint and resume; `ebp_data.py` loads and standardises the data (notebook 0
 file format of saved networks and checkpoints; `ebp_fast.py` runs the same training steps in float32 as compiled
 (numba) loops (`engine="fast"`, the default; ebp_train.ENGINES); `ebp_checks.py` holds the Monte Carlo, finite-difference and
 exact-enumeration references that the tests and notebooks check this file against; `ebp_analysis.py` the
-notebooks' helpers for trained networks (learning curves, calibration, receptive fields).
+notebooks' helpers for trained networks (learning curves, calibration, receptive fields); `ebp_conv.py` the
+convolutional layer (notebook 11), to which the functions below dispatch a Layer whose `conv` is set.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 from scipy import special
 
 import ebp_checkpoint
+import ebp_conv
 from ebp_checkpoint import CheckpointError, float32_if_exact, open_checkpoint, write_checkpoint
 
 # ----------------------------------------------------------------------------------------------------------
@@ -82,24 +84,39 @@ class Layer:
     """One layer's posterior: h (V, K) natural parameters (binary) or means (real), b (V,) the real bias,
     an optional 0/1 connectivity mask (V, K). `normaliser` (V,) is N = fan-in + 1 of each unit (the +1 is the
     bias, docs/maths.md §Notation); with a mask the fan-in is the number of connected inputs, unless `held`:
-    then the masked weights are held at h = 0 but still count (the "held" reading of MASK_READINGS)."""
+    then the masked weights are held at h = 0 but still count (the "held" reading of MASK_READINGS). A
+    convolutional layer (`conv`, ebp_conv.Conv) holds its shared kernels: h (channels, k·k·C), b (channels,);
+    its normaliser is still per output unit (channels·positions,), N = k·k·C + 1."""
     h: np.ndarray
     b: np.ndarray
     mask: np.ndarray | None = None
     held: bool = False
+    conv: ebp_conv.Conv | None = None
     normaliser: np.ndarray = field(init=False)
 
     def __post_init__(self):
         absent = self.mask is not None and not self.held
-        fan_in = self.mask.sum(axis=1) if absent else np.full(len(self.h), self.h.shape[1])
+        if self.conv is not None:
+            fan_in = np.full(self.conv.units, self.conv.fan_in)
+        else:
+            fan_in = self.mask.sum(axis=1) if absent else np.full(len(self.h), self.h.shape[1])
         self.normaliser = (fan_in + 1).astype(self.h.dtype)
+
+    @property
+    def units(self) -> int:
+        return len(self.h) if self.conv is None else self.conv.units
+
+    @property
+    def inputs(self) -> int:
+        return self.h.shape[1] if self.conv is None else self.conv.inputs
 
 
 @dataclass
 class Network:
     """An EBP network: layers, the weight type, its architecture and the dropout reading (keep probability p).
     `architecture` lists the layers after the input, e.g. [800, 800, 10] (fully connected) or
-    [("local", 10), ("local", 10), 10] (spatial filtering, then a fully connected output layer)."""
+    [("local", 10), ("local", 10), 10] (spatial filtering, then a fully connected output layer) or
+    [("conv", 5, 16, 2), ("conv", 5, 32, 2), 10] (convolutions: kernel, channels, stride; ebp_conv)."""
     layers: list[Layer]
     weights: str
     architecture: list
@@ -111,7 +128,7 @@ class Network:
 
     @property
     def sizes(self) -> list[int]:
-        return [self.layers[0].h.shape[1]] + [len(layer.h) for layer in self.layers]
+        return [self.layers[0].inputs] + [layer.units for layer in self.layers]
 
     @property
     def real_update_parts(self) -> Update:
@@ -163,21 +180,28 @@ def check_architecture(architecture, input_side: int = 28) -> list[int]:
     """Validate a layer list (block sizes must fit the map they act on); return the sizes [inputs, units...]."""
     if not architecture:
         raise ValueError("architecture is empty: give at least the output layer, e.g. [200, 10]")
-    side, sizes = input_side, [input_side ** 2]
+    side, channels, sizes = input_side, 1, [input_side ** 2]
     for k, spec in enumerate(architecture):
-        if isinstance(spec, (tuple, list)) and len(spec) == 2 and spec[0] == "local":
+        if ebp_conv.is_conv_spec(spec):
             if side is None:
+                raise ValueError(f"layer {k + 1}: a conv layer must follow the image or another map layer")
+            g = ebp_conv.conv_geometry(spec, channels, side, f"layer {k + 1}: ")
+            side, channels = g.out_side, g.channels
+            sizes.append(g.units)
+        elif isinstance(spec, (tuple, list)) and len(spec) == 2 and spec[0] == "local":
+            if side is None or channels != 1:
                 raise ValueError(f"layer {k + 1}: a local layer must follow the image or another local layer")
             if not isinstance(spec[1], (int, np.integer)) or not 1 <= spec[1] <= side:
                 raise ValueError(f"layer {k + 1}: block size {spec[1]!r} must be an integer between 1 and the "
                                  f"side {side} of its input map")
-            side = side - spec[1] + 1
+            side, channels = side - spec[1] + 1, 1
             sizes.append(side * side)
         elif isinstance(spec, (int, np.integer)) and not isinstance(spec, bool) and spec >= 1:
             side = None
             sizes.append(int(spec))
         else:
-            raise ValueError(f"layer {k + 1}: {spec!r} is neither a positive layer size nor ('local', block)")
+            raise ValueError(f"layer {k + 1}: {spec!r} is neither a positive layer size, ('local', block) nor "
+                             f"('conv', kernel, channels, stride)")
     return sizes
 
 
@@ -209,11 +233,17 @@ def _new_network(architecture, weights, seed, input_side, init_scale, dropout, k
                  real_update) -> Network:
     """init_network without its checks, for values validated already (reproduction.parameters.RunConfig.network)."""
     rng = np.random.default_rng(seed)
-    layers, width, side = [], input_side ** 2, input_side
+    layers, width, side, channels = [], input_side ** 2, input_side, 1
     for spec in architecture:
+        if ebp_conv.is_conv_spec(spec):  # shared kernels, h ~ Uniform of variance init_scale/(k·k·C)
+            g = ebp_conv.conv_geometry(spec, channels, side)
+            h = (rng.random((g.channels, g.fan_in)) - 0.5) * np.sqrt(12 * init_scale / g.fan_in)
+            layers.append(Layer(h.astype(dtype), np.zeros(g.channels, dtype), conv=g))
+            width, side, channels = g.units, g.out_side, g.channels
+            continue
         if isinstance(spec, (tuple, list)):
             mask = local_mask(side, spec[1])
-            side = side - spec[1] + 1
+            side, channels = side - spec[1] + 1, 1
         else:
             mask, side = None, None
         units = len(mask) if mask is not None else int(spec)
@@ -239,12 +269,24 @@ def layer_moments(layer: Layer, weights: str, nu_prev, v2_prev, nu2_prev):
 
     nu_prev = ⟨v⟩, v2_prev = ⟨v²⟩ (None for ±1 hidden units, where it is 1), nu2_prev = ⟨v⟩² (it differs
     from nu_prev² only for the analytic input dropout). Returns μ, σ² and ⟨W⟩ (the backward pass reuses it).
+    A convolutional layer computes the same sums over every position's patch (ebp_conv.moments).
     """
     w_mean, w2 = weight_moments(layer, weights)
+    if layer.conv is not None:
+        return (*ebp_conv.moments(layer.conv, w_mean, w2, layer.b, layer.normaliser, nu_prev, v2_prev, nu2_prev),
+                w_mean)
     second = w2.sum(axis=1) if v2_prev is None else v2_prev @ w2.T
     mu = (nu_prev @ w_mean.T + layer.b) / np.sqrt(layer.normaliser)
     sigma2 = (second - nu2_prev @ (w_mean * w_mean).T + 1.0) / layer.normaliser
     return mu, sigma2, w_mean
+
+
+def mean_input(layer: Layer, nu_prev, w_mean):
+    """μ = (⟨W⟩·ν + b)/sqrt(N) of layer_moments for given mean weights (dense, or a convolution: ebp_conv)."""
+    if layer.conv is not None:
+        product = ebp_conv.correlate(nu_prev, w_mean, layer.conv) + ebp_conv.per_unit(layer.b, layer.conv)
+        return product / np.sqrt(layer.normaliser)
+    return (nu_prev @ w_mean.T + layer.b) / np.sqrt(layer.normaliser)
 
 
 def unit_mean(mu, sigma2):
@@ -361,7 +403,9 @@ def backward(net: Network, fwd: Pass, y: np.ndarray, step: int | None = None) ->
         w_mean = fwd.w_mean[k]
         if through_updated:  # real weights: ⟨W⟩ = h, so the updated mean is ⟨W⟩ + δh
             w_mean = w_mean + layer_increment(net.layers[k], fwd.inputs[k], deltas[0])
-        back = (deltas[0] / np.sqrt(net.layers[k].normaliser)) @ w_mean
+        scaled = deltas[0] / np.sqrt(net.layers[k].normaliser)
+        conv = net.layers[k].conv  # a convolution back-projects through its transpose (ebp_conv.back_project)
+        back = scaled @ w_mean if conv is None else ebp_conv.back_project(conv, scaled, w_mean)
         delta = 2.0 * gaussian_at_zero(fwd.mu[k - 1], fwd.sigma2[k - 1]) * back
         if fwd.masks[k] is not None:
             delta *= fwd.masks[k]
@@ -413,7 +457,11 @@ def layer_increment(layer: Layer, nu_prev, delta) -> np.ndarray:
     """One layer's h increment, ∂ ln P(v_L = y)/∂⟨W⟩ summed over the minibatch (0 where masked out):
 
         δh_ij = Σ_batch Δ_i ν_j / sqrt(N_i)     (ν_j = x_j at the first layer)
+
+    A shared (convolutional) weight sums the same terms over every position it is used at (ebp_conv.increment).
     """
+    if layer.conv is not None:
+        return ebp_conv.increment(layer.conv, nu_prev, delta / np.sqrt(layer.normaliser))
     inc = (delta / np.sqrt(layer.normaliser)).T @ nu_prev
     return inc * layer.mask if layer.mask is not None else inc
 
@@ -427,11 +475,12 @@ def update(net: Network, fwd: Pass, deltas: list[np.ndarray]) -> None:
     """The update, in place (docs/maths.md §Update): h += increments (the natural parameter of a binary weight, the
     mean of a real one, whose variance stays 1), and for the bias
 
-        b_i += Σ_batch Δ_i / sqrt(N_i)
+        b_i += Σ_batch Δ_i / sqrt(N_i)      (a shared bias: summed over its positions too)
     """
     for layer, increment, delta in zip(net.layers, increments(net, fwd, deltas), deltas):
         layer.h += increment
-        layer.b += (delta / np.sqrt(layer.normaliser)).sum(axis=0)
+        scaled = delta / np.sqrt(layer.normaliser)
+        layer.b += scaled.sum(axis=0) if layer.conv is None else ebp_conv.bias_increment(layer.conv, scaled)
 
 
 def check_data(net: Network, x: np.ndarray, y: np.ndarray, batch_size) -> None:
@@ -520,8 +569,16 @@ def ebp_d_parameters(net: Network) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def output_ebp_d(net: Network, x: np.ndarray) -> np.ndarray:
     """EBP-D: the sign network with W = sign(h) (binary) or h (real) and the real bias (ebp_d_parameters): hidden
-    units sign(W v + b) (+1 at 0), a linear output layer. Sampled dropout scales W by p. Computes in x's dtype."""
-    return sign_network(x, ebp_d_parameters(net), net.keep if net.dropout == "sampled" else 1.0)[-1]
+    units sign(W v + b) (+1 at 0), a linear output layer. Sampled dropout scales W by p. Computes in x's dtype;
+    a convolutional layer's W v is its convolution (ebp_conv.sign_layer)."""
+    scale = net.keep if net.dropout == "sampled" else 1.0
+    if all(layer.conv is None for layer in net.layers):
+        return sign_network(x, ebp_d_parameters(net), scale)[-1]
+    v = x
+    for k, (layer, (w, b)) in enumerate(zip(net.layers, ebp_d_parameters(net))):
+        u = scale * (v @ w.T) + b if layer.conv is None else ebp_conv.sign_layer(v, w, b, layer.conv, scale)
+        v = u if k == len(net.layers) - 1 else hard_sign(u)
+    return v
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -555,6 +612,9 @@ def stored_shapes(config: dict) -> dict[str, tuple]:
     shapes = {}
     for k, (inputs, units) in enumerate(zip(sizes, sizes[1:])):
         shapes[f"h{k}"], shapes[f"b{k}"] = (units, inputs), (units,)
+    for k, g in enumerate(ebp_conv.geometries(architecture, config["input_side"])):
+        if g is not None:  # shared kernels (ebp_conv): channels × k·k·C
+            shapes[f"h{k}"], shapes[f"b{k}"] = (g.channels, g.fan_in), (g.channels,)
     return shapes
 
 

@@ -105,6 +105,18 @@ def _jax_engine() -> Engine:
 ENGINES = {"fast": _fast_engine, "reference": _reference_engine, "jax": _jax_engine}  # name → the engine
 
 
+# The engines that compute convolutional layers (ebp_conv): ebp_fast's compiled loops are written for dense and
+# locally connected layers only.
+CONV_ENGINES = ("jax", "reference")
+
+
+def check_engine_layers(net: Network, engine: str) -> None:
+    """ValueError, before any work, if `engine` cannot compute one of `net`'s layers (a convolution on "fast")."""
+    if engine not in CONV_ENGINES and any(layer.conv is not None for layer in net.layers):
+        raise ValueError(f"engine={engine!r} does not compute convolutional layers: use engine='jax' (compiled) or "
+                         f"engine='reference' (ebp_lib's numpy)")
+
+
 def resolve_engine(name) -> Engine:
     """The engine called `name` in ENGINES; ValueError for any other name."""
     if not isinstance(name, str) or name not in ENGINES:
@@ -122,6 +134,7 @@ def train_step(net: Network, x: np.ndarray, y: np.ndarray, rng=None, step: int |
     """One EBP step on a minibatch (ebp_lib.ebp_step: forward, backward, update) on `engine`. `rng` draws the
     sampled dropout masks. engine="fast" runs the same step in float32 (ebp_fast.py); use train_epoch for speed."""
     chosen = resolve_engine(engine)
+    check_engine_layers(net, engine)
     check_rng(net, rng)
     check_finite_parameters(net, step)
     chosen.step(net, x, y, rng, step)
@@ -142,6 +155,7 @@ def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000,
     """Test errors (fractions of x whose argmax output is not the label) of EBP-P and EBP-D, `batch` images at
     a time; engine="fast": the same outputs in float32 (they differ only on near-ties between two classes)."""
     chosen = resolve_engine(engine)
+    check_engine_layers(net, engine)
     check_finite_images(x)
     wrong = np.zeros(2, dtype=np.int64)
     with chosen.outputs(net) as outputs:  # x ↦ (EBP-P, EBP-D)
@@ -161,6 +175,7 @@ def check_training(net: Network, x: np.ndarray, y: np.ndarray, batch_size, engin
     an unknown engine."""
     check_data(net, x, y, batch_size)
     resolve_engine(engine)
+    check_engine_layers(net, engine)
 
 
 def train_epoch(net: Network, x: np.ndarray, y: np.ndarray, batch_size: int, rng, epoch: int = 0,
