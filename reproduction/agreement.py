@@ -1,11 +1,12 @@
 """Every cell judged: could the paper's number be one more run of ours, and if not, which mechanism explains it?
 
 A cell agrees with the paper when the paper's single run lies within our prediction band for one more run,
-ours ± t·s·sqrt(1 + 1/n) + 0.005 (reproduction.band: s pooled over the cell's family, its table and row in one
-variant; the paper's two-decimal rounding). Both sides are measured on the same test images, so the test set's
-binomial noise is no part of the band. A variant whose family has no cell of two seeds (one seed per cell) borrows
-the main variant's spread of the same family (variant_spreads). A cell outside the band is explained from the
-data, never by a typed sentence: each mechanism below is a computed test on the committed runs.
+ours ± t·s·sqrt(1 + 1/n) (reproduction.band: s pooled over the cell's family, its table and row in one variant,
+where Bartlett's test finds its cells alike; else over its depth, or the cell's own; split_lines prints each
+split). Both sides are measured on the same test images, so the test set's binomial noise is no part of the band.
+A variant of one seed per cell (Table 3 analytic) borrows the main variant's spread of the same cells
+(variant_spreads): its count is printed apart, "one seed, borrowed spread" (band_count). A cell outside the band is
+explained from the data, never by a typed sentence: each mechanism below is a computed test on the committed runs.
 
 - dropout reading (Table 3): the other reading's cell of the same configuration lies within the band;
 - mask reading (Table 4): the other mask reading's cell lies within the band;
@@ -22,6 +23,7 @@ whatever each cell's band says.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 
 from reproduction import band as rule
@@ -48,19 +50,71 @@ MIN_DF = 4        # a family's own spread sets its band from 4 degrees of freedo
 MIN_PATTERN = 4   # cells of one row on one side of the paper: 2·0.5⁴ = 1/8 by chance at the least
 
 
-def variant_spreads(variants: dict, variant: str = "main") -> dict:
-    """{family: Spread} of one variant's cells, each family pooled over its own cells; a family with fewer than
-    MIN_DF degrees of freedom there (one or two cells of several seeds) is pooled with the cells of the same table
-    and row of the spec's variant it stands beside (UPDATE_VARIANTS; "main" for the readings: the same network
-    trained by nearly the same code), so that a t quantile of one degree of freedom (12.7) never sets a band."""
+def variant_spreads(variants: dict, variant: str = "main") -> rule.Spreads:
+    """{cell key: Spread} of one variant's cells (band.family_spreads of its own cells); a cell whose own spread
+    has fewer than MIN_DF degrees of freedom (one or two cells of several seeds) takes the spread of its cells
+    pooled with those of the same table and row of the spec's variant it stands beside (UPDATE_VARIANTS; "main"
+    for the readings: the same network trained by nearly the same code), by the same test of alike cells; a cell
+    of one seed that is alone there (a split family) takes that variant's spread of the same cell; a family the
+    test splits among the variant's own cells stays split. So a t quantile of one degree of freedom (12.7) never
+    sets a band by pooling too little, and cells the test finds unalike are never pooled."""
     own = finished_errors(variants[variant])
     spreads = rule.family_spreads(own)
-    base = UPDATE_VARIANTS[variant][2] if variant in UPDATE_VARIANTS else "main"
+    base = _beside(variant)
     if variant == base or base not in variants:
         return spreads
+    beside = variant_spreads(variants, base)
     both = rule.family_spreads({**{(base, *key): e for key, e in finished_errors(variants[base]).items()},
-                                **{(variant, *key): e for key, e in own.items()}}, family=lambda key: key[1:3])
-    return {name: spread if spread.df >= MIN_DF else both[name] for name, spread in {**both, **spreads}.items()}
+                                **{(variant, *key): e for key, e in own.items()}},
+                               family=lambda key: key[1:3], depth=lambda key: rule.depth(key[1:]))
+    chosen, pooled_with_base, split = {}, set(), set(spreads.splits())
+    for key in own:
+        if key in spreads and (spreads[key].df >= MIN_DF or rule.family(key) in split):  # a split stays split
+            chosen[key] = spreads[key]
+        elif (variant, *key) in both:
+            chosen[key], _ = both[(variant, *key)], pooled_with_base.add(rule.family(key))
+        elif key in beside:
+            chosen[key], _ = beside[key], pooled_with_base.add(rule.family(key))
+    groups = [g for g in spreads.groups if g.family not in pooled_with_base] + \
+        [g for g in both.groups if g.family in pooled_with_base]
+    family_p = {name: (both if name in pooled_with_base else spreads).family_p.get(name)
+                for name in {*spreads.family_p, *pooled_with_base}}
+    return rule.Spreads(chosen, groups, family_p)
+
+
+def _part_text(group: rule.Group) -> str:
+    """One part of a split family: 'one hidden layer pooled (5 cells, s = 0.09, df = 10)', '[800,800] alone (s =
+    4.48, df = 2)' or '[800,800] alone (one seed: no spread)'."""
+    spread = group.spread
+    if spread is None:
+        return f"{group.part} alone (one seed: no spread)"
+    if len(group.cells) > 1:
+        return f"{group.part} pooled ({len(group.cells)} cells, s = {spread.s:.2f}, df = {spread.df})"
+    return f"{group.part} alone (s = {spread.s:.2f}, df = {spread.df})"
+
+
+def split_lines(table: int, variants: dict, variant: str = "main", compact: bool = False) -> list[str]:
+    """One line per family of one table (one variant) whose cells Bartlett's test finds unalike: its p and the
+    parts its spread was split into (band.split_family), e.g. 'Table 2, B-EBP-D: cell SDs unalike (Bartlett p =
+    1.2e-10 < 0.05), not pooled: one hidden layer pooled (5 cells, s = 0.08, df = 10); [200,200] alone (s = 0.17,
+    df = 2); ...'; `compact`: 'Table 2, B-EBP-D (Bartlett p = 1.2e-10): one hidden layer pooled; alone:
+    [200,200], [400,400], ...'."""
+    borrowed = borrows_spread(table, variants[variant])
+    spreads = variant_spreads(variants, _beside(variant) if borrowed else variant)
+    lines = []
+    for name, (p, parts) in spreads.splits().items():
+        if name[0] != table:
+            continue
+        head = f"{table_label(table, variant)}, {name[1]}{f' ({_beside(variant)} variant)' if borrowed else ''}"
+        if compact:
+            pooled = [f"{g.part} pooled" for g in parts if len(g.cells) > 1]
+            alone = [g.part for g in parts if len(g.cells) == 1]
+            lines.append(f"{head} (Bartlett p = {p:.2g}): " + "; ".join(pooled + ([f"alone: {', '.join(alone)}"]
+                                                                                  if alone else [])))
+        else:
+            lines.append(f"{head}: cell SDs unalike (Bartlett p = {p:.2g} < {rule.HOMOGENEITY_LEVEL:g}), not "
+                         f"pooled: " + "; ".join(map(_part_text, parts)))
+    return lines
 
 
 def band(row: dict, cell, spreads: dict) -> dict | None:
@@ -161,17 +215,39 @@ def table_label(table: int, variant: str) -> str:
     return f"Table {table}{f' ({reading})' if reading else ''}"
 
 
+BORROWED = "one seed, borrowed spread"  # a variant of one seed per cell: its band is another variant's spread
+
+
+def borrows_spread(table: int, cells: dict) -> bool:
+    """Whether no finished cell of `table` has two seeds: its bands are borrowed (variant_spreads)."""
+    return not any(len(c.pooled) > 1 for key, c in cells.items() if key[0] == table and c.finished)
+
+
 def band_count(table: int, rows: list[dict], variants: dict, variant: str = "main") -> str:
     """'Table 2: the paper's number lies within our 95% prediction band for one more run in 25 of 36 finished
-    cells (...)', with the band's leave-one-seed-out coverage on our own runs where a cell has three seeds."""
+    cells (...)', with the band's leave-one-seed-out coverage on our own runs where a cell has three seeds; for a
+    variant of one seed per cell, labelled BORROWED first: its count tests nothing of its own spread."""
     spreads = variant_spreads(variants, variant)
     judged, outside = judged_rows(table, rows, variants[variant], spreads)
+    count = f"{len(judged) - len(outside)} of {len(judged)} finished cells"
+    if borrows_spread(table, variants[variant]) and not judged:
+        finished = sum(c.finished for key, c in variants[variant].items() if key[0] == table)
+        return (f"{table_label(table, variant)}: one seed per cell gives no band, so none of its {finished} finished "
+                f"cells is judged")
+    if borrows_spread(table, variants[variant]):
+        return (f"{table_label(table, variant)}, {BORROWED}: the paper's number lies within the band of the "
+                f"{_beside(variant)} variant's spread in {count}; one run per cell: the band is untested on these "
+                f"runs")
     inside, held_out = seed_coverage(table, variants[variant])
     coverage = (f"; leave one seed out, the band of the other seeds holds the held-out run in {inside} of "
-                f"{held_out} ({inside / held_out:.0%})" if held_out else
-                "; one seed per cell: s is the main variant's")
+                f"{held_out} ({inside / held_out:.0%})" if held_out else "")
     return (f"{table_label(table, variant)}: the paper's number lies within our {rule.LEVEL:.0%} prediction band "
-            f"for one more run in {len(judged) - len(outside)} of {len(judged)} finished cells{coverage}")
+            f"for one more run in {count}{coverage}")
+
+
+def _beside(variant: str) -> str:
+    """The spec's variant whose spreads `variant` borrows (UPDATE_VARIANTS; "main" for the readings)."""
+    return UPDATE_VARIANTS[variant][2] if variant in UPDATE_VARIANTS else "main"
 
 
 def wide_band_inside(row: dict, cell) -> bool | None:
@@ -226,11 +302,15 @@ def _one_sided(judged: list) -> bool:
 
 
 def outside_list(table: int, rows: list[dict], variants: dict, variant: str = "main") -> str:
-    """Markdown: the count of one table (one variant), its patterns, and the cells where the paper lies outside
-    our band, each with its computed explanation (or one sentence saying there are none)."""
+    """Markdown: the count of one table (one variant), the families whose spreads were split, its patterns, and
+    the cells where the paper lies outside our band, each with its computed explanation."""
     cells, spreads = variants[variant], variant_spreads(variants, variant)
     _, outside = judged_rows(table, rows, cells, spreads)
     parts = [band_count(table, rows, variants, variant) + "."]
+    splits = split_lines(table, variants, variant)
+    if splits:
+        parts.append("\n".join(["Spreads not pooled across the family, its cells unalike:"]
+                                + [f"- {line}." for line in splits]))
     found = patterns(table, rows, variants, variant)
     if found:
         parts.append("\n".join(["Patterns, every cell of a row on one side of the paper:"]
@@ -402,3 +482,54 @@ def agreement_figure(rows: list[dict], cells: dict, tables=(2, 3, 4), spreads: d
     if len(outside) <= MAX_LABELS:  # more labels than this overprint one another in the 2-5% cluster
         label_points(ax, outside)
     return fig
+
+
+MAIN_TABLES = ((2, "main"), (3, "main"), (4, "main"))
+
+
+def _best(rows: list[dict], cells: dict, label: str) -> str:
+    """'2.12%, ours 2.17 ± 0.11%': the paper's lowest number of row `label` in the finished cells, and ours
+    there."""
+    judged = [r for r in rows if r["row"] == label and r["paper_error"] is not None
+              and cells.get(cell_key(r)) is not None and cells[cell_key(r)].finished]
+    row = min(judged, key=lambda r: r["paper_error"])
+    cell = cells[cell_key(row)]
+    ours = f"{cell.mean:.2f}" + ("" if cell.sd is None else f" ± {cell.sd:.2f}")
+    return f"{row['paper_error']:.2f}%, ours {ours}%"
+
+
+def in_short(rows: list[dict], variants: dict) -> list[str]:
+    """At most five sentences answering 'did the paper reproduce?' from the records: the cells within our band
+    per table, the paper's best binary and real nets beside ours, Table 4 under the held reading, the rows on one
+    side of the paper, and the findings (agree / disagree on our runs). `variants`: main, Table 4 held, ...; one
+    sentence saying so where no cell has a band (one seed per cell), an empty list before any cell has finished."""
+    from reproduction import findings  # findings reads results only; imported here to keep agreement's imports light
+
+    counts = []
+    for table, variant in MAIN_TABLES:
+        judged, outside = judged_rows(table, rows, variants[variant], variant_spreads(variants, variant))
+        counts.append((table, len(judged) - len(outside), len(judged)))
+    total = sum(c[2] for c in counts)
+    if total == 0:
+        finished = sum(c.finished for c in variants["main"].values())
+        return [f"No cell is judged yet: {finished} cells have finished, with one seed each, and one seed gives no "
+                f"band."] if finished else []
+    out = [f"Our {rule.LEVEL:.0%} band for one more run holds the paper's number in {sum(c[1] for c in counts)} "
+           f"of {total} cells (" + "; ".join(f"Table {t}: {k}/{n}" for t, k, n in counts) + ")."]
+    out.append(f"The paper's best binary net errs {_best(rows, variants['main'], 'B-EBP-P')}; its best real net "
+               f"{_best(rows, variants['main'], 'R-EBP-P')}.")
+    if "Table 4 held" in variants:
+        judged, outside = judged_rows(4, rows, variants["Table 4 held"], variant_spreads(variants, "Table 4 held"))
+        if judged:
+            out.append(f"Under the full-matrix reading of its spatial layers, Table 4 fits in "
+                       f"{len(judged) - len(outside)} of {len(judged)}.")
+    found = [p for table, variant in MAIN_TABLES for p in patterns(table, rows, variants, variant)]
+    if found:
+        first = re.sub(r"below the paper in all \d+ cells,", "lower",
+                       re.sub(r"above the paper in all \d+ cells,", "higher", found[0].split(" (")[0]))
+        out.append(f"{len(found)} rows lie wholly on one side of the paper, such as {first.replace(',', '', 1)}.")
+    verdicts = [findings.verdict(f, findings.our_values(variants["main"]))["verdict"]
+                for f in findings.paper_findings()]
+    out.append(f"Of the paper's {len(verdicts)} findings, our runs agree with {verdicts.count('agree')}, disagree "
+               f"with {verdicts.count('disagree')} and leave {verdicts.count('inconclusive')} inconclusive.")
+    return out

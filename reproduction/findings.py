@@ -7,8 +7,9 @@ EBP-P and EBP-D come from the same runs, and every run of one seed is evaluated 
 per-seed differences d_i = worse_i − better_i (a fixed side is the same for every seed) carry the comparison's
 run-to-run noise, and nothing of the test set's. On ours (n seeds shared by both sides), the tolerance is
 t_{n−1}·s_d/sqrt(n), n_b = ∞; on the paper's single runs, t_{n−1}·s_d (one run each, s_d from our seeds of the same
-cells) plus 0.005 for each of its two-decimal numbers. Where the two sides share fewer than two seeds, s_d is
-sqrt(s_a² + s_b²) of the sides' family spreads (band.combined_spread); with no spread at all nothing is decided.
+cells; no rounding term: each of its numbers is a count of 10,000 test images, exact at two decimals). Where the
+two sides share fewer than two seeds, s_d is sqrt(s_a² + s_b²) of the sides' spreads (band.family_spreads: their
+family's, or their part's where the family is split; band.combined_spread); with no spread nothing is decided.
 A comparison supports the claim when d exceeds its tolerance, contradicts it when d < −tolerance, and is within
 tolerance otherwise. A finding about "every" configuration agrees when every comparison supports it and
 disagrees when any contradicts it; one about "most" agrees when more than half support it and disagrees when at
@@ -123,10 +124,8 @@ def paper_findings(dataset: str = "mnist") -> list[Finding]:
 
 @dataclass(frozen=True)
 class Measured:
-    """One cell's test errors (percent) by seed: ours, or the paper's single run (seed "paper"), with the
-    rounding of its printed number."""
+    """One cell's test errors (percent) by seed: ours, or the paper's single run (seed "paper")."""
     by_seed: dict
-    rounding: float = 0.0
 
     @property
     def mean(self) -> float:
@@ -134,9 +133,9 @@ class Measured:
 
 
 def paper_values(rows: list[dict]) -> dict:
-    """cell_key -> Measured of the paper's single run, rounded to two decimals (band.PAPER_ROUNDING). Rows of
-    another data set than the paper's (dataset_rows) have no paper number and no entry."""
-    return {cell_key(r): Measured({"paper": r["paper_error"]}, band.PAPER_ROUNDING) for r in rows
+    """cell_key -> Measured of the paper's single run. Rows of another data set than the paper's (dataset_rows)
+    have no paper number and no entry."""
+    return {cell_key(r): Measured({"paper": r["paper_error"]}) for r in rows
             if r["paper_error"] is not None}
 
 
@@ -157,8 +156,8 @@ def side_value(side, values: dict) -> tuple | None:
 
 
 def family_spreads(values: dict, fallback: dict | None = None) -> dict:
-    """{family: Spread} of our values (band.family_spreads), a family without one taking `fallback`'s (the
-    main variant's values, for a variant of one seed per cell)."""
+    """{cell key: Spread} of our values (band.family_spreads), a cell without one taking `fallback`'s (the main
+    variant's values, for a variant of one seed per cell)."""
     own = band.family_spreads({key: list(m.by_seed.values()) for key, m in values.items()})
     return {**(family_spreads(fallback) if fallback else {}), **own}
 
@@ -176,8 +175,7 @@ def difference_spread(better: tuple, worse: tuple | None, fixed: float | None, s
         if spread is not None:
             return spread
     families = family_spreads(spread_from) if families is None else families
-    return band.combined_spread(families.get(band.family(better)),
-                                None if worse is None else families.get(band.family(worse)))
+    return band.combined_spread(families.get(better), None if worse is None else families.get(worse))
 
 
 def judge(comparison: Comparison, values: dict, spread_from: dict | None = None, families: dict | None = None) -> dict:
@@ -195,8 +193,7 @@ def judge(comparison: Comparison, values: dict, spread_from: dict | None = None,
     spread = difference_spread(better[1], worse[1], fixed, spread_from, families)
     seeds = set(better[0].by_seed) & set(worse[0].by_seed) if fixed is None else set(better[0].by_seed)
     n = max(len(seeds), 1)
-    tolerance = (math.inf if spread is None else
-                 band.half_width(spread, n) + better[0].rounding + worse[0].rounding)
+    tolerance = math.inf if spread is None else band.half_width(spread, n)
     status = "supports" if d > tolerance else "contradicts" if d < -tolerance else "within tolerance"
     return {"status": status, "d": d, "tolerance": tolerance, "better": better, "worse": worse}
 
@@ -249,6 +246,19 @@ def findings_summary(rows: list[dict], variants: dict, findings: list[Finding] |
             entries.append(f"**{describe_verdict(verdict(f, *column))}**" if touched else "same")
         lines.append(f"| {f.title} ({f.source}) | {f.quantifier} | {describe_verdict(verdict(f, *paper[1:]))} | "
                      + " | ".join(entries) + " |")
+    return "\n".join(lines)
+
+
+def findings_brief(rows: list[dict], cells: dict, findings: list[Finding] | None = None) -> str:
+    """Markdown: one line per finding, its verdict on the paper's numbers and on ours (`cells`, the main variant),
+    without the other variants' columns (findings_summary has them): a table narrow enough to read down."""
+    findings = paper_findings() if findings is None else findings
+    columns = judged_columns(rows, {"main": cells}, ["main"])
+    lines = ["| finding | every/most | " + " | ".join(
+        "paper's numbers" if name == "paper" else name for name, *_ in columns) + " |", "|---" * (2 + len(columns)) + "|"]
+    for f in findings:
+        lines.append(f"| {f.title} | {f.quantifier} | "
+                     + " | ".join(describe_verdict(verdict(f, *column)) for _, *column in columns) + " |")
     return "\n".join(lines)
 
 

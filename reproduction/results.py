@@ -409,15 +409,16 @@ def finished_errors(cells: dict) -> dict:
 
 def paper_band(row: dict, cell: Cell | None, spreads: dict | None = None) -> dict | None:
     """Whether the paper's number could be one more run of ours (band.prediction_band): ours − paper, the
-    tolerance t·s·sqrt(1 + 1/n) + the paper's rounding, `outside`; s: the family's in `spreads`
-    ({family: Spread}, band.family_spreads). None when the cell is not run or unfinished, the row has no paper
-    number (another data set), or its family has no spread (one seed per cell)."""
+    tolerance t·s·sqrt(1 + 1/n), `outside`; s: the cell's in `spreads` ({cell key: Spread},
+    band.family_spreads: its family's, or its part's where the family's cells are unalike). None when the cell is
+    not run or unfinished, the row has no paper number (another data set), or it has no spread (one seed per cell)."""
     paper = row.get("paper_error")
     if cell is None or paper is None or not cell.finished:
         return None
-    return band.prediction_band(cell.errors, paper, (spreads or {}).get(band.family(cell_key(row))))
+    return band.prediction_band(cell.errors, paper, (spreads or {}).get(cell_key(row)))
 
 
+NBSP = "\u00a0"  # a no-break space: '3.34 ± 0.11' stays on one line in a narrow column
 OUTSIDE_MARK = "†"  # a rendered cell whose paper number lies outside our band (paper_band)
 REPLAYED_MARK = "⟲"  # a rendered cell with a run whose first epochs were replayed and agreed (reproduction.verify)
 
@@ -487,6 +488,55 @@ def render_table(table: int, rows: list[dict], cells: dict, profile: str, readin
                               getattr(cells, "rejected", {}).get(cell_key(by_cell[(column, label)]), []), spreads)
                    for label in ROW_LABELS]
         lines.append(f"| {column} | " + " | ".join(entries) + " |")
+    return "\n".join(lines)
+
+
+def _scan_ours(cell: Cell | None, refused: list[tuple], n: int) -> str:
+    """Our number of one cell for render_scan_table: '3.34 ± 0.11' (no-break spaces: a number never wraps), its
+    seed count where it is not the table's usual `n`, its epochs done while training, or what is missing."""
+    if cell is None:
+        return _rejected_text(None, refused) if refused else "not run yet"
+    text = f"{cell.mean:.2f}" + ("" if cell.sd is None else f"{NBSP}±{NBSP}{cell.sd:.2f}")
+    if len(cell.pooled) != n:
+        text += f" (n = {len(cell.pooled)})"
+    if not cell.finished:
+        text += f" · {cell.pooled[0]['epochs_done']}/{cell.pooled[0]['parameters']['epochs']} ep"
+    return text
+
+
+def _scan_delta(row: dict, cell: Cell | None, spreads: dict) -> str:
+    """ours − paper of one finished cell, with OUTSIDE_MARK where the paper lies outside our band; '' else."""
+    if cell is None or not cell.finished:
+        return ""
+    outside = (paper_band(row, cell, spreads) or {}).get("outside")
+    return f"{cell.mean - row['paper_error']:+.2f}" + (f" {OUTSIDE_MARK}" if outside else "")
+
+
+def render_scan_table(table: int, rows: list[dict], cells: dict, profile: str, reading: str | None = None,
+                      mask_reading: str | None = None, spreads: dict | None = None) -> str:
+    """One paper table as Markdown with one number per column: per net (architecture and weight type), the paper's
+    EBP-P, ours (mean ± SD over seeds), Δ = ours − paper (OUTSIDE_MARK outside the band of `spreads`, by default
+    those of `cells`), then the same for EBP-D. render_table gives the per-cell detail (last-10 means, seeds,
+    replays)."""
+    spreads = band.family_spreads(finished_errors(cells)) if spreads is None else spreads
+    rows = [r for r in rows if r["table"] == table]
+    by_cell = {(r["column"], r["row"]): r for r in rows}
+    filled = [cells[cell_key(r)] for r in rows if cell_key(r) in cells]
+    counts = [len(c.pooled) for c in filled]
+    n = max(set(counts), key=counts.count) if counts else 0
+    refused = getattr(cells, "rejected", {})
+    lines = [f"**{table_title(table, reading, mask_reading)}** — test error %, profile {profile}; ours: mean ± SD "
+             f"over {n} seed{'s' if n != 1 else ''} (other counts marked n); {OUTSIDE_MARK}: outside our band.",
+             "", "| net | EBP-P paper | ours | Δ | EBP-D paper | ours | Δ |", "|---" * 7 + "|"]
+    for column in dict.fromkeys(r["column"] for r in rows):
+        for prefix, weights in (("B", "binary"), ("R", "real")):
+            entries = []
+            for output in ("P", "D"):
+                row = by_cell[(column, f"{prefix}-EBP-{output}")]
+                cell = cells.get(cell_key(row))
+                entries += [f"{row['paper_error']:.2f}", _scan_ours(cell, refused.get(cell_key(row), []), n),
+                            _scan_delta(row, cell, spreads)]
+            lines.append(f"| {column} {weights} | " + " | ".join(entries) + " |")
     return "\n".join(lines)
 
 

@@ -347,7 +347,7 @@ def test_landing_page_shows_the_figure_the_headline_and_the_way_in(browser, book
 
 
 # The report pages whose answer comes first: an "In short" box on the first screen, and no code shown.
-ANSWER_FIRST = ("notebooks/comparison", "notebooks/successors", "notebooks/reproduction_evidence")
+ANSWER_FIRST = ("notebooks/tables", "notebooks/comparison", "notebooks/successors", "notebooks/reproduction_evidence")
 
 MEASURE = r"""
 const article = document.querySelector('article') || document.body;

@@ -245,3 +245,21 @@ def test_an_unreadable_or_inconsistent_result_shows_as_such_not_as_not_run(rows,
     side = render_dataset_table(2, rows, {"mnist": table_cells(rows, results_of(loaded, "paper"), "paper"),
                                           "fashion-mnist": fashion}, "paper")
     assert "| 200 | 3.00 / not run yet |" in side
+
+
+def test_the_scan_table_has_one_number_per_column(rows):
+    """paper | ours ± SD | Δ for EBP-P then EBP-D, per architecture and weight type; † outside the band, another
+    seed count marked n, an unfinished run its epochs, a missing one 'not run yet'."""
+    from reproduction.results import render_scan_table
+    row, real = cell_row(rows, 2, "B-EBP-P", "200"), cell_row(rows, 2, "R-EBP-P", "200")
+    runs = [fake_result(r, 120, None, "paper", 0.0246 + d, seed=s) for s, d in enumerate((0.0, 0.001, -0.001))
+            for r in (row, cell_row(rows, 2, "B-EBP-P", "600"), cell_row(rows, 2, "B-EBP-P", "800"))]
+    runs += [fake_result(real, 120, None, "paper", 0.0278, seed=0)]  # three seeds in most cells: n = 1 is marked
+    runs += [fake_result(cell_row(rows, 2, "B-EBP-P", "400"), 30, None, "paper", 0.03, epochs=120, seed=0)]
+    table = render_scan_table(2, rows, table_cells(rows, runs, "paper"), "paper").splitlines()
+    assert table[2] == "| net | EBP-P paper | ours | Δ | EBP-D paper | ours | Δ |"
+    nb = "\u00a0"
+    assert table[4] == f"| 200 binary | 3.46 | 2.46{nb}±{nb}0.10 | -1.00 † | 4.63 | 2.46{nb}±{nb}0.10 | -2.17 † |"
+    assert table[5] == "| 200 real | 2.78 | 2.78 (n = 1) | +0.00 | 3.04 | 2.78 (n = 1) | -0.26 |"
+    assert table[6] == "| 400 binary | 3.15 | 3.00 (n = 1) · 30/120 ep |  | 3.89 | 3.00 (n = 1) · 30/120 ep |  |"
+    assert table[7].startswith("| 400 real | 2.29 | not run yet |  |") and "over 3 seeds" in table[0]

@@ -1,0 +1,95 @@
+"""The mechanism table of the one-layer binary offset (reproduction.mechanisms): each mechanism's runs paired by seed
+with the paper profile's run of the same configuration, rendered with 0, 1 or 3 seeds, and the verdict."""
+from __future__ import annotations
+
+import pytest
+from scipy import stats
+
+from reproduction import mechanisms, paper_tables, results
+from tests.fake_runs import fake_result
+
+OFFSETS = (0.0, 0.001, -0.001)  # the paper profile's three seeds, SD 0.1 points
+
+
+def net(weights, architecture):
+    return {"weights": weights, "architecture": architecture}
+
+
+def paper_runs():
+    """The paper profile's binary 200, 800 and real 800 runs, seeds 0-2, around 3% (EBP-P and EBP-D alike)."""
+    return [fake_result(net(w, a), 120, None, "paper", 0.03 + d, seed=s)
+            for w, a in mechanisms.CELLS for s, d in enumerate(OFFSETS)]
+
+
+def mechanism_runs(profile, shift, seeds=(0, 1, 2), real_shift=0.0, **change):
+    """A mechanism's runs of the same nets and seeds, each `shift` (binary) or `real_shift` (real) above its twin
+    plus a per-seed wobble of ±0.02 points."""
+    return [fake_result(net(w, a), 120, change.get("n_train"), profile,
+                        0.03 + OFFSETS[s] + (shift if w == "binary" else real_shift) + 0.0002 * (s - 1), seed=s,
+                        **{k: v for k, v in change.items() if k != "n_train"})
+            for w, a in mechanisms.CELLS for s in seeds]
+
+
+def row_of(table: str, name: str) -> str:
+    return next(line for line in table.splitlines() if line.startswith(f"| {name}:"))
+
+
+def test_with_no_mechanism_run_every_cell_says_not_run_yet():
+    table = mechanisms.mechanism_table(paper_runs())
+    line = row_of(table, "paper-50k")
+    assert line.count("not run yet") == 3 and line.endswith("| undecided (fewer than two seeds) |")
+    assert "| paper-batch1: batch 1 |" in table
+
+
+def test_one_seed_is_shown_but_not_conclusive():
+    runs = paper_runs() + mechanism_runs("paper-unit", 0.003, seeds=(0,), preprocessing="unit")
+    line = row_of(mechanisms.mechanism_table(runs), "paper-unit")
+    assert "+0.28 (one seed: not conclusive)" in line and line.endswith("| undecided (fewer than two seeds) |")
+
+
+def test_three_seeds_give_a_paired_t_interval_and_a_verdict():
+    """+0.3 points on the binary nets, none on the real control: d = 0.28, 0.30, 0.32 per seed, mean +0.30 ±
+    t(2)·0.02/sqrt(3); it explains the offset. The same shift on the control too: it does not."""
+    runs = paper_runs() + mechanism_runs("paper-50k", 0.003, n_train=50000)
+    table = mechanisms.mechanism_table(runs)
+    half = stats.t.ppf(0.975, 2) * 0.02 / 3 ** 0.5
+    line = row_of(table, "paper-50k")
+    assert f"| +0.30 ± {half:.2f} (3 seeds) | +0.30 ± {half:.2f} (3 seeds) |" in line
+    assert line.endswith("| explains |"), line
+    effects = mechanisms.mechanism_effects(runs, mechanisms.tested_mechanisms()[0])
+    assert effects[("binary", "200", "ebp_d")] == pytest.approx([0.28, 0.30, 0.32])
+    both = paper_runs() + mechanism_runs("paper-50k", 0.003, real_shift=0.003, n_train=50000)
+    assert row_of(mechanisms.mechanism_table(both), "paper-50k").endswith(
+        "| does not explain: it moves the real control too |")
+    small = paper_runs() + mechanism_runs("paper-50k", 0.0001, n_train=50000)
+    assert row_of(mechanisms.mechanism_table(small), "paper-50k").endswith(
+        "| does not explain: B-EBP-P moves by less than +0.1 |")
+
+
+def test_a_run_pairs_only_with_the_same_configuration_and_seed():
+    """A paper-profile run of another seed, or one with dropout, is no twin; nor is an unfinished mechanism run."""
+    twins = [fake_result(net("binary", "200"), 120, None, "paper", 0.03, seed=0),
+             fake_result(net("binary", "200"), 120, None, "paper", 0.05, seed=0, dropout="sampled", keep=0.8)]
+    ours = [fake_result(net("binary", "200"), 120, 50000, "paper-50k", 0.031, seed=0),
+            fake_result(net("binary", "200"), 120, 50000, "paper-50k", 0.031, seed=1),
+            fake_result(net("binary", "200"), 30, 50000, "paper-50k", 0.031, epochs=120, seed=2)]
+    found = mechanisms.paired_differences(twins + ours, mechanisms.tested_mechanisms()[0], "binary", "200", "ebp_p")
+    assert found == {0: pytest.approx(0.1)}
+
+
+def test_the_authors_binary_code_leaves_the_real_control_unchanged():
+    lagged = [fake_result(net(w, a), 120, None, "paper", 0.03 + d, seed=s, real_update="authors-2015")
+              for w, a in mechanisms.CELLS if w == "binary" for s, d in enumerate(OFFSETS)]
+    line = row_of(mechanisms.mechanism_table(paper_runs() + lagged), "authors-2015")
+    assert "| +0.00 ± 0.00 (3 seeds) | +0.00 ± 0.00 (3 seeds) | unchanged (binary only) |" in line
+    assert line.endswith("| does not explain: B-EBP-P moves by less than +0.1 |")
+
+
+def test_the_offset_line_and_the_excluded_list(rows):
+    cells = results.table_cells(rows, paper_runs(), "paper")
+    assert mechanisms.offset_line(rows, cells).startswith(
+        "The offset, ours − paper in Table 2 (mean over seeds, points): B-EBP-P 200 -0.46, B-EBP-D 200 -1.63")
+    assert mechanisms.offset_line(rows, {}) == "The offset: Table 2's cells are not run yet."
+    excluded = mechanisms.excluded_table().splitlines()
+    assert len(excluded) == 2 + len(mechanisms.EXCLUDED) and excluded[2].startswith("| the held mask reading |")
+    assert paper_tables.read_paper_tables()  # the rows the offset line reads
