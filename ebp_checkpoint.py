@@ -22,6 +22,11 @@ class CheckpointError(ValueError):
     """A saved network or checkpoint cannot be read (empty, truncated, corrupt, or not written by save_network)."""
 
 
+class NewerCheckpointError(CheckpointError):
+    """A checkpoint or saved network of a format newer than this code's: written by a newer version of the project.
+    It is left alone (never moved aside as corrupt, never retrained over): update the code to read it."""
+
+
 class CheckpointMismatchError(ValueError):
     """A checkpoint belongs to another run (network, seed, batch size, engine or data settings differ)."""
 
@@ -39,16 +44,22 @@ def float32_if_exact(a: np.ndarray) -> np.ndarray:
 
 def write_checkpoint(path, arrays: dict, meta: dict) -> None:
     """Write `arrays` and the JSON-serialisable `meta` to the .npz `path` atomically: an interrupted or failed save
-    (a full disk) leaves the previous file as it was and no temporary behind; the OSError names the path."""
+    (a full disk) leaves the previous file as it was and no temporary behind; the OSError names the path. The
+    temporary, .<name>.<pid>.tmp.npz, is this process's own: two writers never share one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
+    tmp = path.with_name(temporary_name(path.name))
     try:
         np.savez(tmp, meta=json.dumps(meta), **arrays)
         os.replace(tmp, path)
     except OSError as err:
         tmp.unlink(missing_ok=True)
         raise OSError(err.errno, f"could not write {path}: {err.strerror or err}") from err
+
+
+def temporary_name(name: str, pid: int | None = None) -> str:
+    """The name of process `pid`'s (default: this one's) temporary of the checkpoint file `name` (write_checkpoint)."""
+    return f".{name}.{os.getpid() if pid is None else pid}.tmp.npz"
 
 
 # What a damaged file raises while it is opened or read: a bad zip directory or CRC, a truncated stream, a missing
@@ -146,7 +157,7 @@ def upgrade_network_meta(meta: dict, path) -> dict:
     defaults (FORMAT_1_DEFAULTS). CheckpointError naming `path` for a format newer than this code's, or unknown."""
     version = meta.get("format", 1)
     if isinstance(version, int) and not isinstance(version, bool) and version > NETWORK_FORMAT:
-        raise CheckpointError(f"{path}: this network was saved by a newer version of the project (format {version}; "
+        raise NewerCheckpointError(f"{path}: this network was saved by a newer version of the project (format {version}; "
                               f"this code reads up to {NETWORK_FORMAT}); it is left alone: update the code (git pull) "
                               f"to read it")
     if version == NETWORK_FORMAT:

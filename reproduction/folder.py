@@ -68,6 +68,10 @@ EXECUTED_FILE = "experiment.ipynb"
 LOCK_FILE = ".lock"
 CURVE_FILE = "learning_curve.png"
 VERIFICATION_FILE = "verification.json"  # a replay of the run's first epochs (reproduction.verify)
+VERIFICATION_FORMAT, VERIFICATION_KIND = 1, "replay"  # what reproduction.verify writes and evidence accepts
+# The most a replayed error of an epoch may differ from the recorded one for the replay to agree (reproduction.verify
+# states why: 15 of 10,000 test images); equal numbers are "exact".
+REPLAY_TOLERANCE = 0.0015
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -99,6 +103,13 @@ def run_key(run_id: str, dropout: str | None = None, seed: int = 0,
     return (run_id + (f"-{dropout}" if dropout else "")
             + (f"-{mask_reading}" if mask_reading != ebp_lib.DEFAULT_MASK_READING else "")
             + (f"-{real_update}" if real_update != ebp_lib.DEFAULT_UPDATE else "") + (f"-seed{seed}" if seed else ""))
+
+
+def expected_run_folder(params: dict) -> str:
+    """The folder name (run_key) of a run of the experiment parameters `params`: its run id (<weights>-<architecture>,
+    -dropout for dropout runs, as reproduction.paper_tables names them) and its variants."""
+    run_id = f"{params['weights']}-{params['architecture']}" + ("-dropout" if params["dropout"] else "")
+    return run_key(run_id, params["dropout"], params["seed"], params["mask_reading"], params["real_update"])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -456,8 +467,8 @@ class RunState:
     """What a run's folder holds: state is new, partial, finished, stale (a finished run of other parameters,
     left alone), corrupt (an unreadable checkpoint or result.json: `files`), inconsistent (result.json disagrees
     with itself, its checkpoint or its executed notebook: `problems`, each naming its field, and `files`),
-    unverified (a finished result.json without its evidence: evidence_problems) or newer (a record format newer
-    than this code: left alone); epochs done."""
+    unverified (a finished result.json without its evidence: evidence_problems) or newer (a record or checkpoint
+    format newer than this code: left alone); epochs done."""
     state: str
     epochs: int = 0
     problems: list = field(default_factory=list)
@@ -476,24 +487,70 @@ def restore_hint(out, *names) -> str:
             f"epochs to vouch for its record (python -m reproduction.verify {out})")
 
 
-def verification_problems(result_text: bytes, verification: bytes | None, where) -> list[str]:
+def first_epochs_commits(result: dict, k: int) -> set:
+    """The commits that trained the first `k` epochs of a run record: those of its sessions that started before
+    epoch k (None for a session that named none), or its git_commit where no session did."""
+    return {s.get("git_commit") for s in result["sessions"] if s["from_epoch"] < k} or {result["git_commit"]}
+
+
+def _replay_entry_problems(entry, recorded: dict, epoch: int, tolerance: float) -> list[str]:
+    """Why one epoch of a verification's history (`entry`) does not vouch for the record's epoch `recorded`: not
+    its epoch, its recorded errors not the record's, its replayed ones missing or further than `tolerance`."""
+    keys = HISTORY_ERRORS["ebp"]
+    if not isinstance(entry, dict) or entry.get("epoch") != epoch:
+        return [f"history[{epoch - 1}] is not epoch {epoch}"]
+    theirs, replayed = entry.get("recorded"), entry.get("replayed")
+    if not isinstance(theirs, dict) or any(theirs.get(key) != recorded[key] for key in keys):
+        return [f"history[{epoch - 1}].recorded is not what {RESULT_FILE} holds for epoch {epoch}: it verified "
+                f"another history"]
+    if not isinstance(replayed, dict) or not all(type(replayed.get(key)) in (int, float) for key in keys):
+        return [f"history[{epoch - 1}].replayed does not hold the four errors"]
+    worst = max(abs(replayed[key] - recorded[key]) for key in keys)
+    if worst > tolerance + 1e-12:
+        return [f"epoch {epoch}: its replay differs by {worst:.4f}, more than the tolerance {tolerance}"]
+    return []
+
+
+def verification_problems(result: dict, result_text: bytes, verification: bytes | None, where) -> list[str]:
     """Why the verification record `verification` (the bytes of VERIFICATION_FILE at `where`, None if there is
-    none) does not vouch for the run record whose exact bytes are `result_text`: none, unreadable, about another
-    record (its result_sha256), or its replay disagreed. Empty if it vouches for it."""
+    none) does not vouch for the first epochs of the run record `result`, whose exact bytes are `result_text`:
+    none, unreadable, not of this format and kind, about another record (its result_sha256), another commit than the
+    one that trained those epochs, not 1..epochs_done epochs, a recorded history not the record's, or a replay
+    further than REPLAY_TOLERANCE from it (its numbers are judged, not its verdict). Empty if it vouches for them."""
     if verification is None:
         return [f"{VERIFICATION_FILE}: there is none"]
     try:
         data = parse_json(verification, where)
     except JSONFileError as err:
         return [f"{VERIFICATION_FILE}: {err}"]
-    if not isinstance(data, dict):
-        return [f"{VERIFICATION_FILE}: not a verification record"]
+    if not isinstance(data, dict) or data.get("format") != VERIFICATION_FORMAT or data.get("kind") != VERIFICATION_KIND:
+        return [f"{VERIFICATION_FILE}: not a verification record (format {VERIFICATION_FORMAT}, kind "
+                f"{VERIFICATION_KIND!r}, as python -m reproduction.verify writes)"]
     if data.get("result_sha256") != sha256(result_text):
         return [f"{VERIFICATION_FILE}: it verified another {RESULT_FILE} (its result_sha256 is not this file's "
                 f"digest): the record changed since it was replayed"]
+    k, tolerance, history = data.get("epochs"), data.get("tolerance"), data.get("history")
+    if type(k) is not int or not 1 <= k <= result["epochs_done"]:
+        return [f"{VERIFICATION_FILE}: epochs {k!r:.40} is not a count of the record's {result['epochs_done']} epochs"]
+    if first_epochs_commits(result, k) != {data.get("commit")}:
+        return [f"{VERIFICATION_FILE}: it replayed commit {data.get('commit')!r:.60}, not the one that trained the "
+                f"first {k} epochs ({', '.join(sorted(map(str, first_epochs_commits(result, k))))})"]
+    if type(tolerance) not in (int, float) or not 0 <= tolerance <= REPLAY_TOLERANCE:
+        return [f"{VERIFICATION_FILE}: tolerance {tolerance!r:.40} is not within [0, {REPLAY_TOLERANCE}]"]
+    if not isinstance(history, list) or len(history) != k:
+        return [f"{VERIFICATION_FILE}: its history does not hold the {k} epochs it replayed"]
+    problems = [p for i, entry in enumerate(history)
+                for p in _replay_entry_problems(entry, result["history"][i], i + 1, tolerance)]
+    if problems:
+        return [f"{VERIFICATION_FILE}: {problems[0]}"]
     if data.get("verdict") not in ("exact", "agrees"):
-        return [f"{VERIFICATION_FILE}: its replay {data.get('verdict', 'gave no verdict')!r}"]
+        return [f"{VERIFICATION_FILE}: its replay {data.get('verdict', 'gave no verdict')!r:.40}"]
     return []
+
+
+def replay_covers(verification: bytes | None, where) -> int:
+    """How many epochs a verification record (already vouching: verification_problems) says it replayed."""
+    return parse_json(verification, where)["epochs"]
 
 
 def evidence_problems(result: dict, result_text: bytes, notebook: bytes | None, verification: bytes | None,
@@ -504,15 +561,18 @@ def evidence_problems(result: dict, result_text: bytes, notebook: bytes | None, 
     (`verification`, verification_problems). Returns (kind, problems): ('notebook' or 'replayed', []) when it has;
     ('inconsistent', ...) when the notebook disagrees, was replaced or cannot be read; ('unverified', ...) when
     there is neither. Each problem names the file, and says how to restore it or re-verify the record."""
-    where = Path(out) / EXECUTED_FILE
-    replayed = not verification_problems(result_text, verification, Path(out) / VERIFICATION_FILE)
+    where, vouched = Path(out) / EXECUTED_FILE, Path(out) / VERIFICATION_FILE
+    replayed = not verification_problems(result, result_text, verification, vouched)
     if notebook is None:
-        if replayed:
+        covered = replay_covers(verification, vouched) if replayed else 0
+        if replayed and covered == result["epochs_done"]:
             return "replayed", []
         recorded = " (result.json records its digest)" if result.get("notebook_sha256") else ""
+        why = (f"its {VERIFICATION_FILE} vouches for epochs 1-{covered} only, not for the {result['epochs_done']} "
+               f"the record reports (replay them all: python -m reproduction.verify {out} --epochs "
+               f"{result['epochs_done']})" if replayed else f"no {VERIFICATION_FILE} vouches for {RESULT_FILE}")
         return "unverified", [f"{EXECUTED_FILE}: the executed notebook, the evidence of this finished run, is "
-                              f"missing{recorded}, and no {VERIFICATION_FILE} vouches for {RESULT_FILE}: it is "
-                              f"not published; {restore_hint(out, EXECUTED_FILE)}"]
+                              f"missing{recorded}, and {why}: it is not published; {restore_hint(out, EXECUTED_FILE)}"]
     digest = result.get("notebook_sha256")
     if digest is not None and digest != sha256(notebook):
         return "inconsistent", [f"{EXECUTED_FILE}: replaced after the run finished (its digest is not the "
@@ -557,6 +617,8 @@ def job_state(job: dict) -> RunState:
     if checkpoint.exists():
         try:
             meta = checkpoint_meta(checkpoint)
+        except ebp_checkpoint.NewerCheckpointError as err:  # hours of training: never moved aside as corrupt
+            return RunState("newer", 0, [str(err)], [checkpoint])
         except ebp_checkpoint.CheckpointError as err:
             corrupt.append((checkpoint, str(err)))
     if corrupt:
@@ -606,7 +668,8 @@ def remove_temporaries(out) -> list[Path]:
     """Delete what an interrupted writer left in a run's folder (call it holding the folder's lock): the
     temporaries of write_atomically, ebp_lib.save_network and run_job's notebook."""
     out = Path(out)
-    leftovers = [p for pattern in (".*.tmp", f"{CHECKPOINT_FILE}.tmp.npz", ".experiment-*.tmp.ipynb")
+    leftovers = [p for pattern in (".*.tmp", ebp_checkpoint.temporary_name(CHECKPOINT_FILE, "*"),
+                                   f"{CHECKPOINT_FILE}.tmp.npz", ".experiment-*.tmp.ipynb")
                  for p in out.glob(pattern)]
     for path in leftovers:
         path.unlink(missing_ok=True)

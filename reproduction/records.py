@@ -322,10 +322,15 @@ def parse_json(data: bytes | str, where, max_bytes: int = MAX_JSON_BYTES, max_de
 
 
 def read_json(path, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH):
-    """The JSON file `path` parsed (parse_json), reading at most `max_bytes` + 1 bytes of it; JSONFileError naming
-    the file if it cannot be read or is not bounded JSON, FileNotFoundError if there is none."""
+    """The JSON file `path` parsed (parse_json), its size checked before it is read and at most `max_bytes` + 1 bytes
+    of it read; JSONFileError naming the file if it cannot be read or is not bounded JSON, FileNotFoundError if there
+    is none."""
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:  # refused by its size, before a byte of it is read
+                raise JSONFileError(f"{path}: {size:,} bytes, more than the {max_bytes:,} of any file the project "
+                                    f"writes; not read")
             data = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise
@@ -487,6 +492,8 @@ def record_problems(data: dict) -> list[str]:
     planned = expected.planned_epochs
     if data["finished"] and (len(history) > planned if expected.may_stop_early else len(history) != planned):
         problems.append(f"finished: true after {len(history)} of its {planned} epochs")
+    elif len(history) > planned:  # an unfinished record cannot have trained past its plan
+        problems.append(f"epochs_done: {len(history)}, more than the {planned} its parameters plan")
     return problems + list(expected.problems)
 
 
@@ -510,10 +517,10 @@ def upgrade_files(paths, echo=print) -> list[Path]:
     upgraded, bad = {}, []
     for path in map(Path, paths):
         try:
-            data = parse_json(path.read_bytes(), path) if path.is_file() else None
-            if data is None:
+            if not path.is_file():
                 bad.append(f"{path}: no such result file")
                 continue
+            data = read_json(path)
             if isinstance(data, dict) and data.get("format") == RECORD_FORMAT:
                 continue
             record = check_record_fields(upgrade_record(data) if isinstance(data, dict) else data, path)

@@ -27,6 +27,7 @@ from reproduction.folder import (
     VERIFICATION_FILE,
     checkpoint_problems,
     evidence_problems,
+    expected_run_folder,
     results_folder,
     run_key,
     split_results_folder,
@@ -157,25 +158,34 @@ def load_results(runs_dir=RUNS_DIR, committed_only: bool = False) -> Results:
         if problems:
             rejected[f"{folder}/{run}"] = (kind, "; ".join(problems))
             continue
+        misplaced = placement_problem(result, folder, run, run_path / RESULT_FILE)
+        if misplaced:
+            rejected[f"{folder}/{run}"] = ("misplaced", misplaced)
+            continue
         if result["epochs_done"]:
             result["replayed"] = kind == "replayed"
             result["profile"], result["run_dir"] = split_results_folder(folder)[0], f"{folder}/{run}"
-            check_results_folder(result, folder, run_path / RESULT_FILE)
             out.append(result)
     return Results(out, rejected)
 
 
-def check_results_folder(result: dict, folder: str, path) -> None:
-    """ValueError if an EBP result (`path`) was trained on another data set than its folder (results_folder)
-    stands for. Results of other methods (the backprop baseline, read by the same functions from
-    outputs/backprop/<dataset>/) have their own layout and are not checked."""
+def placement_problem(result: dict, folder: str, run: str, path) -> str | None:
+    """Why an EBP result (`path`) does not belong in its folder <folder>/<run>/, or None: trained on another data set
+    than `folder` stands for (results_folder), or on another configuration than `run` names (its weights,
+    architecture, dropout, mask reading, update and seed: folder.expected_run_folder), so that a binary run left in a
+    real-weight folder never fills the binary cells. Results of other methods (the backprop baseline, read by the
+    same functions from outputs/backprop/<dataset>/) have their own layout and are not checked."""
     if result["method"] != "ebp":
-        return
+        return None
     trained = result["parameters"]["dataset"]
     profile, expected = split_results_folder(folder)
     if trained != expected:
-        raise ValueError(f"{path} was trained on {trained} but lies in {folder}/, the folder of {expected} runs; "
-                         f"move its run folder to {results_folder(profile, trained)}/")
+        return (f"{path} was trained on {trained} but lies in {folder}/, the folder of {expected} runs; move its run "
+                f"folder to {results_folder(profile, trained)}/")
+    named = expected_run_folder(result["parameters"])
+    if run != named:
+        return f"{path} lies in {folder}/{run}/, but its parameters are those of {folder}/{named}/; move it there"
+    return None
 
 
 def results_of(results: list[dict], profile: str, dataset: str = "mnist") -> Results:
@@ -194,8 +204,9 @@ READING_TITLES = {"sampled": "sampled dropout: Bernoulli masks on the inputs and
 MASK_TITLES = {"absent": "weights outside each unit's block absent",
                "held": "weights outside each unit's block held at h = 0 (the paper's full matrix)"}
 # Why load_results rejects a result.json (Results.rejected): not a record, at odds with itself or its evidence, a
-# finished run without its evidence (folder.evidence_problems), a record format newer than this code.
-REJECTED_KINDS = ("unreadable", "inconsistent", "unverified", "newer-format")
+# finished run without its evidence (folder.evidence_problems), a record format newer than this code, a record in
+# the folder of another data set or run (placement_problem).
+REJECTED_KINDS = ("unreadable", "inconsistent", "unverified", "newer-format", "misplaced")
 TEST_IMAGES = 10000     # every error is a fraction of the 10,000 test images (MNIST and Fashion-MNIST alike)
 LAST_EPOCHS = 10        # the last-epochs mean beside the paper's rule (the error after the last epoch)
 
@@ -230,10 +241,11 @@ def matches(row: dict, result: dict, reading: str = "sampled", seed: int | None 
 
 
 def completeness(result: dict) -> tuple:
-    """Sort key, larger = more complete: the paper's protocol finished, then training images seen, then
-    finished over unfinished, then the paper profile over others."""
+    """Sort key, larger = more complete: the paper's protocol finished, then finished over unfinished (a finished
+    run has its evidence, load_results; an unfinished one has none to need), then training images seen, then the
+    paper profile over others."""
     paper_done = result["protocol"] == "paper" and result["finished"]
-    return (paper_done, result["epochs_done"] * result["n_train_images"], result["finished"],
+    return (paper_done, result["finished"], result["epochs_done"] * result["n_train_images"],
             result["profile"] == "paper")
 
 

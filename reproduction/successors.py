@@ -39,6 +39,8 @@ A result is labelled with its code's commit; a tree that differs from it is refu
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
 import time
 from pathlib import Path
@@ -47,6 +49,7 @@ import numpy as np
 
 import ebp_checkpoint
 from reproduction import backprop, records, tuned
+from reproduction.folder import RunBusyError, UnsafeLockError, open_output_dir, read_result
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "successors"
@@ -70,6 +73,10 @@ PROFILES = {"tuned": {}, "smoke": {"n_train": 3000, "n_validation": 1000, "grid_
 # outputs/successors/sensitivity, beside, never in place of, the tuned runs.
 PROFILES["sensitivity"] = {"grid_epochs": 10, "stop_patience": 30}
 OVERRIDABLE = set(PROTOCOL) | {"grid"}
+# Bounds that a command line cannot pass (far beyond any net or seed of the protocol): a 10^9-unit layer would
+# exhaust memory, a seed beyond 32 bits overflow JAX's PRNGKey, both after the run's folder exists.
+MAX_HIDDEN, MAX_LAYERS, MAX_SEED = 100_000, 16, 2 ** 31 - 3
+CHECKPOINT_FORMAT = 1  # of a successor checkpoint's metadata; one without "format" is of format 1
 
 
 def methods() -> dict:
@@ -103,7 +110,14 @@ def make_parameters(method: str, dataset: str, architecture: str, profile: str =
     if set(grid) != set(module.GRID) or not all(grid.values()) or not all(
             math.isfinite(v) and v > 0 for values in grid.values() for v in values):
         raise ValueError(f"grid {p.get('grid')} must give positive values for exactly {sorted(module.GRID)}")
-    backprop.hidden_layers(architecture)
+    sizes = backprop.hidden_layers(architecture)
+    if max(sizes) > MAX_HIDDEN or len(sizes) > MAX_LAYERS:
+        raise ValueError(f"architecture {architecture!r}: at most {MAX_LAYERS} hidden layers of at most {MAX_HIDDEN:,} "
+                         f"units (the paper's nets have 800)")
+    seed = p["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed={seed!r} must be an integer in 0..{MAX_SEED:,} (JAX's keys are 32-bit, and a run "
+                         f"also uses seed + 2)")
     # the split, batch and schedule are checked as the backprop baseline checks them
     backprop.make_parameters(dataset, "tanh-800", **{k: p[k] for k in ("batch_size", "max_epochs", "patience",
                              "stop_patience", "n_validation", "n_train", "seed", "grid_epochs")},
@@ -305,21 +319,68 @@ def schedule_step(state: dict, validation_error: float, params: dict) -> bool:
 
 def save_checkpoint(path: Path, trainer: Trainer, state, best, schedule: dict) -> None:
     arrays = {**trainer.to_arrays(state, "state"), **trainer.to_arrays(best, "best")}
-    ebp_checkpoint.write_checkpoint(path, arrays, {"parameters": trainer.params, "schedule": schedule})
+    ebp_checkpoint.write_checkpoint(path, arrays, {"format": CHECKPOINT_FORMAT, "parameters": trainer.params,
+                                                   "schedule": schedule})
 
 
-def load_checkpoint(path: Path, trainer: Trainer):
-    """(state, best state, schedule) of `path`: the metadata's parameters and every array's header (name, shape,
-    dtype) checked against the run before its data is read, then finiteness of λ/weights. CheckpointError
-    (ebp_checkpoint's) naming the file and the fault."""
+def schedule_problems(schedule) -> list[str]:
+    """Why a checkpoint's schedule (run's loop state: epoch, decay, best epoch and its validation error, epochs
+    without a best, history, finished) cannot be resumed: a field missing or of the wrong type, a history not of
+    epochs 1..epoch, a best epoch outside it."""
+    if not isinstance(schedule, dict):
+        return ["its schedule is not an object"]
+    epoch, best, history = schedule.get("epoch"), schedule.get("best_epoch"), schedule.get("history")
+    problems = []
+    if type(epoch) is not int or epoch < 0:
+        return [f"schedule.epoch {epoch!r:.40} is not a count of epochs"]
+    if not _number(schedule.get("decay")) or not schedule["decay"] > 0:
+        problems.append("schedule.decay is not a positive number")
+    if type(schedule.get("epochs_without_best")) is not int or schedule["epochs_without_best"] < 0:
+        problems.append("schedule.epochs_without_best is not a count")
+    if type(schedule.get("finished")) is not bool:
+        problems.append("schedule.finished is not true or false")
+    if not isinstance(history, list) or len(history) != epoch or not all(
+            isinstance(h, dict) and h.get("epoch") == i + 1 for i, h in enumerate(history)):
+        problems.append(f"schedule.history does not hold epochs 1..{epoch}")
+    if best is None:
+        if epoch and schedule.get("best_validation_error") is not None:
+            problems.append("schedule.best_validation_error without a best epoch")
+    elif type(best) is not int or not 1 <= best <= epoch or not _number(schedule.get("best_validation_error"), 0, 1):
+        problems.append(f"schedule.best_epoch {best!r:.40} is not an epoch of 1..{epoch} with its validation error")
+    return problems
+
+
+def _read_checkpoint(path: Path, trainer: Trainer) -> tuple[dict, dict]:
+    """load_checkpoint's reading: (metadata, arrays), every check made before the arrays' data is read."""
     expected = {**trainer.expected_headers("state"), **trainer.expected_headers("best")}
     with ebp_checkpoint.open_checkpoint(path) as (meta, f, headers):
+        version = meta.get("format", 1) if isinstance(meta, dict) else None
+        if type(version) is int and version > CHECKPOINT_FORMAT:
+            raise ebp_checkpoint.NewerCheckpointError(
+                f"{path}: this checkpoint was written by a newer version of the project (format {version}; this code "
+                f"reads up to {CHECKPOINT_FORMAT}); it is left alone: update the code (git pull) to resume it")
+        if version != 1:
+            raise ebp_checkpoint.CheckpointError(f"{path}: format {version!r:.40} is not a successor checkpoint's")
+        found = schedule_problems(meta.get("schedule"))
+        if found:
+            raise ebp_checkpoint.CheckpointError(f"{path}: " + "; ".join(found))
         if meta.get("parameters") != trainer.params:
             raise ebp_checkpoint.CheckpointError(f"{path}: checkpoint of another run (its parameters differ)")
         for name, (shape, dtype) in expected.items():
             if name not in headers or headers[name][:2] != (shape, dtype):
                 raise ebp_checkpoint.CheckpointError(f"{path}: array {name} is missing or not {dtype}{list(shape)}")
-        arrays = {name: f[name] for name in expected}
+        return meta, {name: f[name] for name in expected}
+
+
+def load_checkpoint(path: Path, trainer: Trainer):
+    """(state, best state, schedule) of `path`: the metadata's format, schedule (schedule_problems), parameters and
+    every array's header (name, shape, dtype) checked against the run before its data is read, then finiteness of
+    λ/weights. CheckpointError (ebp_checkpoint's) naming the file and the fault; ValueError for a checkpoint of a
+    newer format (left alone, not moved aside)."""
+    try:
+        meta, arrays = _read_checkpoint(path, trainer)
+    except ebp_checkpoint.NewerCheckpointError as err:  # a ValueError, not a CheckpointError: never moved aside
+        raise ValueError(str(err)) from None
     if not all(np.isfinite(a).all() for a in arrays.values() if a.dtype.kind == "f"):
         raise ebp_checkpoint.CheckpointError(f"{path}: holds non-finite values")
     return trainer.from_arrays(arrays, "state"), trainer.from_arrays(arrays, "best"), meta["schedule"]
@@ -366,6 +427,7 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
     x, y = data["x_test"], data["y_test"]
     outputs = getattr(trainer, "evaluate_outputs", functools.partial(successor_outputs, trainer))
     packed, probabilistic, predictions = outputs(best, x, y, folder / NET_FILE)
+    net_sha256 = hashlib.sha256((folder / NET_FILE).read_bytes()).hexdigest()  # the report checks the file by it
     evaluate.save_predictions(folder / PREDICTIONS_FILE, predictions)
     seconds = [h["train_seconds"] for h in history]
     cpu_seconds = [h.get("cpu_seconds") for h in history]
@@ -378,7 +440,7 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
                 "cpu_seconds_per_epoch": round(float(np.median(cpu_seconds)), 3),
                 "cpu_seconds_to_best_epoch": round(sum(cpu_seconds[:best_epoch]), 2)}),
             "target_error": target, "epochs_to_target": reached, "n_tuned": n_tuned(trainer.params),
-            "net_file": NET_FILE, "predictions_file": PREDICTIONS_FILE}
+            "net_file": NET_FILE, "predictions_file": PREDICTIONS_FILE, "net_sha256": net_sha256}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -388,16 +450,82 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
 PACKAGES = ("numpy", "jax", "jaxlib", "optax")
 
 
+def _number(value, low=0.0, high=math.inf) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and low <= value <= high
+
+
+RELIABILITY_BINS = 15  # successors.evaluate.ECE_BINS: the report pools the runs' bins one by one
+
+
+def _output_problems(name: str, output) -> list[str]:
+    """Why one probabilistic output of an evaluation (`outputs.<name>`) is not one evaluate_best writes."""
+    where = f"evaluation.outputs.{name}"
+    if not isinstance(output, dict):
+        return [f"{where}: not an object"]
+    problems = [f"{where}.{k}: {output.get(k)!r:.40} is not a number >= 0" for k in ("test_error", "nll", "ece")
+                if not _number(output.get(k))]
+    bins = output.get("reliability")
+    n = bins.get("bins") if isinstance(bins, dict) else None
+    if type(n) is not int or n != RELIABILITY_BINS or not _number(bins.get("ece")) or not all(
+            isinstance(bins.get(k), list) and len(bins[k]) == n for k in ("count", "confidence", "accuracy")) or not all(
+            type(c) is int and c >= 0 and (c == 0 or (_number(f) and _number(a)))
+            for c, f, a in zip(bins["count"], bins["confidence"], bins["accuracy"])):
+        problems.append(f"{where}.reliability: not a reliability record ({RELIABILITY_BINS} bins of count, "
+                        f"confidence and accuracy, and their ece)")
+    return problems
+
+
+def evaluation_problems(data: dict) -> list[str]:
+    """Why a finished successor record's evaluation (evaluate_best's) cannot be used, each naming its field: any field
+    the report reads missing or of the wrong type, and its numbers not the record's own: the best epoch's, the
+    packed net's error and the deployed net's equal to final.test_error (the best epoch's test error, itself the
+    history's: record_problems), no mismatch between packed and float inference, a net digest of 64 hex digits."""
+    e, final = data["evaluation"], data["final"] or {}
+    if not isinstance(e, dict):
+        return ["evaluation: a finished run has none"]
+    packed, outputs = e.get("packed"), e.get("outputs")
+    if not isinstance(packed, dict) or not isinstance(outputs, dict) or not {"deployed", "predictive"} & set(outputs):
+        return ["evaluation: its packed results or its outputs (deployed, predictive) are missing"]
+    problems = [p for name, output in outputs.items() for p in _output_problems(name, output)]
+    if problems:
+        return problems
+    for name in ("seconds_per_epoch", "seconds_to_best_epoch", "target_error"):
+        if not _number(e.get(name)):
+            problems.append(f"evaluation.{name}: {e.get(name)!r:.40} is not a number >= 0")
+    for name in ("cpu_seconds_per_epoch", "cpu_seconds_to_best_epoch"):
+        if name in e and not _number(e[name]):
+            problems.append(f"evaluation.{name}: {e[name]!r:.40} is not a number >= 0")
+    if e.get("best_epoch") != data["best_epoch"]:
+        problems.append(f"evaluation.best_epoch: {e.get('best_epoch')!r:.40}, but the record's is {data['best_epoch']}")
+    if not (e.get("epochs_to_target") is None or type(e.get("epochs_to_target")) is int) or \
+            type(e.get("n_tuned")) is not int:
+        problems.append("evaluation.epochs_to_target / n_tuned: not integers")
+    if packed.get("mismatches") != 0:
+        problems.append("evaluation.packed.mismatches: the packed net disagrees with the float evaluation")
+    test_error = final.get("test_error")
+    deployed = [("outputs.deployed.test_error", outputs["deployed"]["test_error"])] if "deployed" in outputs else []
+    for where, value in [("packed.error", packed.get("error"))] + deployed:
+        if not _number(value, 0, 1) or test_error is None or abs(value - test_error) > 1e-6:
+            problems.append(f"evaluation.{where}: {value!r:.40}, but the best epoch's test error (final.test_error, "
+                            f"its history) is {test_error!r}")
+    digest = e.get("net_sha256")
+    if digest is not None and not (isinstance(digest, str) and len(digest) == 64
+                                   and all(c in "0123456789abcdef" for c in digest)):
+        problems.append(f"evaluation.net_sha256: {digest!r:.80} is not a SHA-256 digest")
+    if e.get("net_file") != NET_FILE:
+        problems.append(f"evaluation.net_file: {e.get('net_file')!r:.40}, not {NET_FILE}")
+    return problems
+
+
 def successor_expected(data: dict) -> records.Expected | list[str]:
     """What a successor run record's parameters give (records.record_problems checks the record against it): as a
-    backprop record's (tuned.expected), and a finished run's packed net must agree with its float evaluation."""
+    backprop record's (tuned.expected), and a finished run's evaluation usable and holding the record's own numbers
+    (evaluation_problems)."""
     found = tuned.expected(data, lambda p: make_parameters(p.get("method"), p.get("dataset"), p.get("architecture"),
                                                            p.get("profile"), **{k: p.get(k) for k in OVERRIDABLE}),
                            protocol_label, describe_protocol)
-    if isinstance(found, records.Expected) and data["finished"] and (
-            (data["evaluation"] or {}).get("packed", {}).get("mismatches") != 0):
-        found = found._replace(problems=("evaluation.packed.mismatches: the packed net disagrees with the float "
-                                         "evaluation",))
+    if isinstance(found, records.Expected) and data["finished"]:
+        found = found._replace(problems=tuple(evaluation_problems(data)))
     return found
 
 
@@ -422,7 +550,7 @@ def adopted_grid(params: dict, source, data_dir, echo, allow_dirty: bool) -> lis
     """The grid points of the run of seed `tune_seed` (folder `source`, beside this run's), its grid run first
     (run(..., stop_after_epochs=0): the grid only, its record saying so) where it is not complete."""
     source_params = tuning_params(params)
-    record = tuned.read_result(source)
+    record = read_result(source)
     if record is None or record.get("parameters") != source_params or (
             record["grid"]["chosen"] is None and not record.get("finished")):
         record = run(source_params, source, data_dir, echo, allow_dirty, stop_after_epochs=0)
@@ -435,8 +563,26 @@ def adopted_grid(params: dict, source, data_dir, echo, allow_dirty: bool) -> lis
 def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool = False,
         stop_after_epochs: int | None = None) -> dict:
     """Train one run to the end (or `stop_after_epochs` more epochs), resuming what `folder` holds; returns the
-    record written to folder/result.json. The checkpoint is removed once the finished record is written."""
+    record written to folder/result.json. The checkpoint is removed once the finished record is written. One
+    process at a time trains into a folder (its flock, as an EBP run's: folder.open_output_dir); a run another
+    process holds, or a failed write (a full disk: what was done stays, rerun to resume), is a ValueError naming it,
+    so that a batch reports it and goes on."""
     folder = Path(folder or run_dir(params))
+    try:
+        _, lock = open_output_dir(folder)
+    except (RunBusyError, UnsafeLockError) as err:
+        raise ValueError(str(err)) from None
+    try:
+        return _run_locked(params, folder, data_dir, echo, allow_dirty, stop_after_epochs)
+    except OSError as err:
+        raise ValueError(f"{folder}: {err}; what was done is kept (result.json and the checkpoint of the last "
+                         f"epoch): free the space and run again to resume") from err
+    finally:
+        lock.close()
+
+
+def _run_locked(params: dict, folder: Path, data_dir, echo, allow_dirty: bool, stop_after_epochs: int | None) -> dict:
+    """run's work, holding the folder's lock."""
     session = tuned.Session(folder, params, allow_dirty, make_record)
     if session.previous and session.previous.get("finished"):
         return session.previous
@@ -497,7 +643,64 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
 
 
 def run_state(folder, params: dict) -> str:
-    """A short description of a run folder's progress, for the script's --list (tuned.run_state)."""
+    """A short description of a run folder's progress, for the script's --list (tuned.run_state); a record of this
+    run that is inconsistent (a malformed evaluation included) says so, naming its first problem."""
+    result = read_result(folder)
+    if result is not None and result.get("parameters") == params:
+        problems = records.record_problems(result)
+        if problems:
+            return f"inconsistent result.json ({problems[0]})"
     return tuned.run_state(folder, params, len(grid_keys(params)), lambda result: (
         f"finished: test error {100 * result['evaluation']['packed']['error']:.2f}% (packed) at epoch "
         f"{result['best_epoch']} of {result['epochs_done']}"))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Evidence of a finished run's reported error: the saved net, by its digest or scored again
+# ----------------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=4)
+def _test_split(key: str, data_dir=None):
+    """(x_test, y_test) of the split (load_split) of the run whose parameters and preprocessing `key` holds (JSON),
+    kept for the next run of the same split."""
+    params, preprocessing = json.loads(key)
+    data = load_split(params, preprocessing, data_dir)
+    return data["x_test"], data["y_test"]
+
+
+def rescore(record: dict, folder, data_dir=None) -> float:
+    """The test error of the packed net saved in folder/NET_FILE (ebp_binary.predict on the run's test split, with
+    the preprocessing its grid chose): what evaluation.packed.error must be."""
+    import ebp_binary
+    import ebp_binary_format
+
+    p = record["parameters"]
+    own = hasattr(methods()[p["method"]], "load_split")  # a method's own split may read more of its parameters
+    split = p if own else {k: p[k] for k in ("method", "dataset", "n_train", "n_validation")}
+    x, y = _test_split(json.dumps([split, record["grid"]["chosen"]["preprocessing"]], sort_keys=True), data_dir)
+    packed = ebp_binary_format.load_packed(Path(folder) / NET_FILE)
+    return float(np.mean(ebp_binary.predict(packed, x, engine="auto") != y))
+
+
+def net_problems(record: dict, folder, data_dir=None) -> list[str]:
+    """Why the net saved beside a finished successor record (folder/NET_FILE) does not vouch for its reported
+    error: missing or unreadable, its digest not evaluation.net_sha256 where the record holds one, else (records
+    written before the digest) its re-scored test error (rescore) not evaluation.packed.error."""
+    path = Path(folder) / NET_FILE
+    evaluation = record["evaluation"]
+    try:
+        if evaluation.get("net_sha256") is not None:
+            if path.stat().st_size > records.MAX_JSON_BYTES:  # far above a [784,800,800,10] net's ~0.2 MB
+                return [f"{path}: {path.stat().st_size:,} bytes, more than any saved net; not read"]
+            if hashlib.sha256(path.read_bytes()).hexdigest() != evaluation["net_sha256"]:
+                return [f"{path}: not the net its record evaluated (its digest is not evaluation.net_sha256)"]
+            return []
+        error = rescore(record, folder, data_dir)
+    except FileNotFoundError:
+        return [f"{path}: missing: the record's test error has no net behind it"]
+    except (OSError, ValueError) as err:
+        return [f"{path}: cannot be scored ({type(err).__name__}: {err})"]
+    if abs(error - evaluation["packed"]["error"]) > 1e-9:
+        return [f"evaluation.packed.error: {evaluation['packed']['error']}, but {path} scores {error:.4f} on the test "
+                f"images"]
+    return []

@@ -32,8 +32,10 @@ METHODS = EBP_METHODS + SUCCESSORS
 COLOURS = {"ste": "tab:blue", "bop": "tab:orange", "bayesbinn": "tab:green", "ebp": "black", "ebp-dropout": "grey"}
 
 
-def load_successors(root, profile: str) -> list[dict]:
-    """Every finished, consistent successor record of `profile` under root (others are left out, named)."""
+def load_successors(root, profile: str, rescore: bool = True) -> list[dict]:
+    """Every finished, consistent successor record of `profile` under root whose reported error its saved net
+    vouches for (successors.net_problems: its digest, or re-scored where `rescore`); others are left out, named. A
+    record's evaluation is checked whole (successors.evaluation_problems) before any of it is used."""
     found, left = [], []
     for path in sorted(Path(root, profile).glob("*/*/result.json")):
         try:
@@ -42,6 +44,8 @@ def load_successors(root, profile: str) -> list[dict]:
             left.append(f"{path}: {err}")
             continue
         problems = records.record_problems(record)
+        if not problems and record["finished"] and (rescore or record["evaluation"].get("net_sha256")):
+            problems = sc.net_problems(record, path.parent)
         if problems or not record["finished"]:
             left.append(f"{path}: {'; '.join(problems) or 'unfinished'}")
             continue
@@ -70,7 +74,7 @@ def successor_rows(results: list[dict]) -> list[dict]:
     for r in results:
         p, e = r["parameters"], r["evaluation"]
         out = e["outputs"]
-        prob = out.get("predictive", out["deployed"])
+        prob = out["predictive"] if "predictive" in out else out["deployed"]  # EBP's records have no deployed
         rows.append({"method": p["method"], "dataset": p["dataset"], "net": p["architecture"], "seed": p["seed"],
                      "protocol": r["protocol"], "deployed": 100 * e["packed"]["error"],
                      "predictive": 100 * out["predictive"]["test_error"] if "predictive" in out else None,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import ebp_checkpoint
 from reproduction import records
-from reproduction.folder import RESULT_FILE, differences, move_aside, read_result
+from reproduction.folder import RESULT_FILE, differences, move_aside
 
 FULL_TRAIN = 60000           # MNIST and Fashion-MNIST both have 60,000 training images
 TRAIN_ERROR_IMAGES = 10000   # training error on the first 10,000 fit images, as EBP's runs record it
@@ -72,9 +72,14 @@ def record(method: str, params: dict, protocol: tuple[str, str], grid: dict, his
 def open_run(folder: Path, params: dict) -> dict | None:
     """The previous record of `folder` if it is this run's (or None); ValueError for an unreadable record or a
     folder of another run."""
-    previous = read_result(folder)
-    if previous is None and (folder / RESULT_FILE).exists():
-        raise ValueError(f"{folder / RESULT_FILE} is unreadable; move it aside to rerun this run")
+    try:
+        previous = records.read_record(folder / RESULT_FILE)
+    except FileNotFoundError:
+        previous = None
+    except records.NewerRecordError as err:  # left alone: a newer version of the project reads it
+        raise ValueError(str(err)) from None
+    except records.RecordError as err:
+        raise ValueError(f"{err}; move it aside to rerun this run") from None
     saved = (previous or {}).get("parameters") or {}
     if previous is not None and saved != params:
         raise ValueError(f"{folder} holds a run with other parameters "
@@ -160,9 +165,14 @@ def epoch_entry(epoch: int, step: dict, error, data: dict, loss: float | None, s
 def run_state(folder, params: dict, n_grid: int, finished) -> str:
     """A short description of a run folder's progress, for the scripts' --list; `n_grid` grid points in all,
     `finished(result)` what a finished run says."""
-    result = read_result(folder)
-    if result is None:
-        return "unreadable result.json" if (Path(folder) / RESULT_FILE).exists() else "not started"
+    try:
+        result = records.read_record(Path(folder) / RESULT_FILE)
+    except FileNotFoundError:
+        return "not started"
+    except records.NewerRecordError:
+        return "result.json of a newer format (left alone: update the code to read it)"
+    except records.RecordError as err:
+        return f"unreadable result.json ({str(err).removeprefix(str(Path(folder) / RESULT_FILE) + ': ')})"
     if result.get("parameters") != params:
         return "other parameters (not resumable with these)"
     if result.get("finished"):

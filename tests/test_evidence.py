@@ -62,14 +62,23 @@ def test_a_forged_record_without_its_notebook_is_unverified_never_a_number(tmp_p
     assert runner.exit_status(list(outcomes.values())) == 1
 
 
-def _verification(run_dir, verdict="exact"):
-    return {"format": 1, "kind": "replay", "verdict": verdict,
+def _verification(run_dir, verdict="exact", epochs=None):
+    """A verification record of the result.json in `run_dir` as reproduction.verify writes it: its first `epochs`
+    (default all) replayed exactly, by the commit its record names."""
+    record = json.loads((run_dir / RESULT_FILE).read_text())
+    k = epochs or record["epochs_done"]
+    keys = records.HISTORY_ERRORS["ebp"]
+    history = [{"epoch": e["epoch"], "recorded": {key: e[key] for key in keys},
+                "replayed": {key: e[key] for key in keys}, "largest_difference": 0.0} for e in record["history"][:k]]
+    return {"format": 1, "kind": "replay", "verdict": verdict, "commit": record["git_commit"], "epochs": k,
+            "tolerance": folder.REPLAY_TOLERANCE, "history": history,
             "result_sha256": sha256((run_dir / RESULT_FILE).read_bytes())}
 
 
 def test_a_replay_vouches_for_exactly_the_record_it_replayed(tmp_path, rows):
-    """A verification record of this very result.json stands in for a missing notebook (and the record is marked
-    replayed); after an edit of result.json, or with a disagreeing replay, it vouches for nothing."""
+    """A verification record of this very result.json, replaying every epoch it reports, stands in for a missing
+    notebook (and the record is marked replayed); after an edit of result.json, with a disagreeing replay, a replay
+    of fewer epochs than the record reports, or a two-field verification, it vouches for nothing."""
     run_dir, record = _finished(tmp_path, rows)
     (run_dir / EXECUTED_FILE).unlink()
     records.write_json(run_dir / VERIFICATION_FILE, _verification(run_dir))
@@ -79,6 +88,12 @@ def test_a_replay_vouches_for_exactly_the_record_it_replayed(tmp_path, rows):
     assert "| 200 | 3.46 / 3.46 (+0.00) ⟲; last 10: 3.46 |" in table and "⟲: a run of the cell was replayed" in table
     records.write_json(run_dir / VERIFICATION_FILE, _verification(run_dir, "disagrees"))
     assert load_results(tmp_path).rejected["paper/binary-200"][0] == "unverified"
+    records.write_json(run_dir / VERIFICATION_FILE, {k: v for k, v in _verification(run_dir).items()
+                                                     if k in ("result_sha256", "verdict")})
+    assert load_results(tmp_path).rejected["paper/binary-200"][0] == "unverified"
+    records.write_json(run_dir / VERIFICATION_FILE, _verification(run_dir, epochs=1))
+    kind, why = load_results(tmp_path).rejected["paper/binary-200"]
+    assert kind == "unverified" and "vouches for epochs 1-1 only, not for the 120" in why
     records.write_json(run_dir / VERIFICATION_FILE, _verification(run_dir))
     _forge(run_dir)
     kind, why = load_results(tmp_path).rejected["paper/binary-200"]

@@ -200,9 +200,9 @@ def test_one_record_check_dispatches_on_the_method(tmp_path, monkeypatch):
             best = record["best_epoch"]
             if best is not None:
                 edited = {**record, "final": {**record["final"], "test_error": 0.5}}
-                assert records.record_problems(edited) == [
+                assert records.record_problems(edited)[0] == (
                     f"final.test_error: 0.5, but the history's best-validation epoch has "
-                    f"{record['history'][best - 1]['test_error']!r}"], path
+                    f"{record['history'][best - 1]['test_error']!r}"), path
     successor = records.read_record(committed["successor"][0])
     if successor["finished"]:
         broken = {**successor, "evaluation": {**successor["evaluation"],

@@ -133,10 +133,10 @@ def test_coverage_counts_finished_running_and_missing_runs(rows):
 # MNIST beside Fashion-MNIST (the tables notebook's Fashion-MNIST part)
 # ----------------------------------------------------------------------------------------------------------
 
-def test_results_are_read_back_per_data_set_and_a_misplaced_one_is_an_error(rows, tmp_path):
+def test_results_are_read_back_per_data_set_and_a_misplaced_one_is_refused_by_name(rows, tmp_path):
     """load_results gives a Fashion-MNIST run its profile (the folder less -fashion-mnist); results_of keeps one
-    profile and data set; an EBP result in the folder of another data set stops the reading, naming the file and
-    where it belongs."""
+    profile and data set; an EBP result in the folder of another data set, or of another run (a binary run in a
+    real-weight folder), is rejected as misplaced, naming where it belongs, and the other results are still read."""
     row = cell_row(rows, 2, "B-EBP-P", "200")
     write_result(tmp_path, "binary-200", fake_result(row, 120, None, "paper", 0.03))
     fashion = fake_result(row, 120, None, "paper-fashion-mnist", 0.12, dataset="fashion-mnist")
@@ -146,11 +146,22 @@ def test_results_are_read_back_per_data_set_and_a_misplaced_one_is_an_error(rows
                                                              ("paper", "paper/binary-200")]  # sorted by path
     assert [r["final"]["test_ebp_p"] for r in results_of(loaded, "paper", "fashion-mnist")] == [0.12]
     assert [r["final"]["test_ebp_p"] for r in results_of(loaded, "paper")] == [0.03]
-    write_result(tmp_path, "real-200", {**fashion, "profile": "paper"})  # a Fashion-MNIST run in paper/
-    with pytest.raises(ValueError, match=r"paper/real-200/result.json was trained on fashion-mnist but lies in "
-                                         r"paper/, the folder of mnist runs; move its run folder to "
-                                         r"paper-fashion-mnist/"):
-        load_results(tmp_path)
+    write_result(tmp_path, "binary-400", {**fashion, "profile": "quick"})  # a Fashion-MNIST run in quick/
+    unfinished = fake_result(row, 2, None, "quick", 0.2, epochs=3, dataset="fashion-mnist")
+    write_result(tmp_path, "binary-1000", unfinished)
+    binary_400 = fake_result(cell_row(rows, 2, "B-EBP-P", "400"), 120, None, "paper", 0.01)
+    write_result(tmp_path, "real-400", binary_400)  # a binary run left in the real-400 folder
+    loaded = load_results(tmp_path)
+    assert [r["run_dir"] for r in loaded] == ["paper-fashion-mnist/binary-200", "paper/binary-200"]
+    kind, why = loaded.rejected["quick/binary-400"]
+    assert kind == "misplaced" and "quick/binary-400/result.json was trained on fashion-mnist but lies in quick/, " \
+        "the folder of mnist runs; move its run folder to quick-fashion-mnist/" in why
+    assert loaded.rejected["quick/binary-1000"][0] == "misplaced"
+    kind, why = loaded.rejected["paper/real-400"]
+    assert kind == "misplaced" and "its parameters are those of paper/binary-400/" in why
+    cells = table_cells(rows, loaded, "paper")
+    assert (2, "B-EBP-P", "400") not in cells and (2, "R-EBP-P", "400") not in cells
+    assert "paper/real-400/result.json is misplaced" in coverage(rows, cells, 2)
 
 
 def test_record_text_reaches_the_tables_escaped_on_one_line(rows, tmp_path):

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reproduction import records, tuned
+from reproduction import records
 from reproduction import successors as sc
+from reproduction.folder import read_result
 from successors import bayesbinn, bop, evaluate, mlp, ste
 
 
@@ -331,7 +332,7 @@ def test_other_seeds_train_at_the_point_chosen_by_the_grid_of_seed_0(real_data_d
     seed0 = sc.make_parameters("bop", "mnist", "16", grid=grid, tune_seed=0, **small)
     folder = tmp_path / "mnist" / sc.run_name(params)
     record = sc.run(params, folder, real_data_dir, **quiet)
-    source = tuned.read_result(folder.parent / sc.run_name(seed0))  # the grid of seed 0, run first, no training yet
+    source = read_result(folder.parent / sc.run_name(seed0))  # the grid of seed 0, run first, no training yet
     assert source["parameters"] == seed0 and source["epochs_done"] == 0 and not source["finished"]
     assert record["finished"] and record["grid"]["points"] == source["grid"]["points"]
     assert record["grid"]["tuned_on_seed"] == 0 and record["grid"]["chosen"] == source["grid"]["chosen"]
