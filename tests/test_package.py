@@ -104,3 +104,11 @@ def test_every_top_level_module_is_installed():
 
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["py-modules"])
     assert {path.stem for path in ROOT.glob("ebp_*.py")} <= listed
+
+
+def test_the_package_front_page_names_every_module():
+    """reproduction/__init__.py is the package's map: a module it does not name is one a reader cannot find."""
+    import re
+
+    named = set(re.findall(r"^([a-z_]+) ", reproduction.__doc__, re.MULTILINE))  # one line per module
+    assert {path.stem for path in PACKAGE.glob("*.py")} - {"__init__"} <= named
