@@ -491,6 +491,14 @@ def check_data(net: Network, x: np.ndarray, y: np.ndarray, batch_size) -> None:
     if y.shape != (len(x), net.sizes[-1]):
         raise ValueError(f"targets have shape {y.shape}; need ({len(x)}, {net.sizes[-1]}) ±1 one-vs-all "
                          f"vectors (see ebp_data.one_vs_all)")
+    # The likelihood Φ(y·μ/σ) is the paper's for y = ±1 only: a 0 target contributes nothing and trains no unit.
+    if not np.isin(y, (-1, 1)).all():
+        raise ValueError(f"targets hold values other than ±1 ({np.unique(y)[:5].tolist()}...): EBP's one-vs-all "
+                         f"targets are +1 for the true class and -1 otherwise (ebp_data.one_vs_all)")
+    # Raw pixels (0..255) would make every unit's input σ² thousands of times the standardised one.
+    if not np.issubdtype(x.dtype, np.floating):
+        raise ValueError(f"inputs are {x.dtype}, not floating point: standardise the raw pixels first "
+                         f"(ebp_data.standardise or ebp_data.load_dataset)")
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1 (1 = the paper's online learning)")
 

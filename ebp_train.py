@@ -156,6 +156,8 @@ def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000,
     a time; engine="fast": the same outputs in float32 (they differ only on near-ties between two classes)."""
     chosen = resolve_engine(engine)
     check_engine_layers(net, engine)
+    if len(x) == 0:
+        raise ValueError("no images to evaluate: an error rate needs at least one image and its label")
     check_finite_images(x)
     wrong = np.zeros(2, dtype=np.int64)
     with chosen.outputs(net) as outputs:  # x ↦ (EBP-P, EBP-D)

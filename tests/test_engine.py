@@ -595,3 +595,20 @@ def test_held_mask_reading_survives_save_and_load(tmp_path):
     ebp.save_network(tmp_path / "m.npz", net)
     loaded, _ = ebp.load_network(tmp_path / "m.npz")
     assert loaded.mask_reading == "held" and loaded.layers[0].held and np.all(loaded.layers[0].normaliser == 10)
+
+
+@pytest.mark.parametrize("engine", ["reference", "fast", "jax"])
+def test_every_engine_refuses_targets_and_images_it_cannot_train_on(engine):
+    """0/1 targets train nothing (Φ(y·μ/σ) is the likelihood of ±1 targets) and raw uint8 pixels give every unit
+    a huge σ²: both are refused before any step, and evaluating no images is an error, not a ZeroDivisionError."""
+    net = ebp.init_network([784, 20, 10], "binary", seed=0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20, 784))
+    labels = rng.integers(0, 10, 20)
+    y = ebp_data.one_vs_all(labels)
+    with pytest.raises(ValueError, match="other than ±1"):
+        ebp_train.train_epoch(net, x, (y + 1) / 2, 10, rng, engine=engine)
+    with pytest.raises(ValueError, match="not floating point"):
+        ebp_train.train_epoch(net, rng.integers(0, 256, (20, 784)).astype(np.uint8), y, 10, rng, engine=engine)
+    with pytest.raises(ValueError, match="no images to evaluate"):
+        ebp_train.evaluate(net, x[:0], labels[:0], engine=engine)
