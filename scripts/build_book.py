@@ -20,7 +20,6 @@ browser; Chromium is started with no background networking, so opening the book 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -30,6 +29,10 @@ import tempfile
 import time
 from html.parser import HTMLParser
 from pathlib import Path
+
+import nbformat
+
+from reproduction.records import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -72,11 +75,12 @@ def check_notebooks(root: Path | None = None, toc: Path | None = None) -> None:
         path = root / f"{name}.ipynb"
         if not path.is_file():
             continue
-        try:
-            notebook = json.loads(path.read_text(encoding="utf-8"))
+        try:  # bounded read (a huge file is refused by its size), then nbformat's own schema
+            notebook = read_json(path)
             if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
                 raise ValueError("it has no list of cells")
-        except (ValueError, RecursionError, UnicodeDecodeError) as error:
+            nbformat.validate(nbformat.from_dict(notebook))
+        except (ValueError, RecursionError, nbformat.ValidationError) as error:
             problems.append(f"{path}: not a readable notebook ({type(error).__name__}: {str(error)[:200]}); "
                             f"restore it (git checkout -- {name}.ipynb) or execute it again")
     if problems:

@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
+import nbformat
 import pytest
 
 import ebp_analysis
@@ -104,18 +105,20 @@ def test_a_truncated_notebook_is_named_before_the_build(tmp_path, monkeypatch, c
     (tmp_path / "book").mkdir()
     (tmp_path / "book" / "_toc.yml").write_text("format: jb-book\nroot: notebooks/README\nparts:\n  - chapters:\n"
                                                 "      - file: notebooks/good\n      - file: notebooks/cut\n"
-                                                "      - file: notebooks/empty\n")
+                                                "      - file: notebooks/empty\n      - file: notebooks/strange\n")
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "notebooks" / "README.md").write_text("# Book\n")
-    (tmp_path / "notebooks" / "good.ipynb").write_text(json.dumps({"cells": [], "nbformat": 4}))
+    (tmp_path / "notebooks" / "good.ipynb").write_text(json.dumps(nbformat.v4.new_notebook()))
     (tmp_path / "notebooks" / "cut.ipynb").write_text('{"cells": [{"cell_type": "code", "sou')
     (tmp_path / "notebooks" / "empty.ipynb").write_text("[]")
+    (tmp_path / "notebooks" / "strange.ipynb").write_text(json.dumps({"cells": [1, 2], "nbformat": 4}))  # JSON only
     monkeypatch.setattr(build_book, "ROOT", tmp_path)
     monkeypatch.setattr(build_book, "BOOK", tmp_path / "book")
     assert build_book.main(["--out", str(tmp_path / "out")]) == 1
     message = capsys.readouterr().err
     assert str(tmp_path / "notebooks" / "cut.ipynb") in message and "git checkout -- notebooks/cut.ipynb" in message
     assert str(tmp_path / "notebooks" / "empty.ipynb") in message and "good.ipynb" not in message
+    assert str(tmp_path / "notebooks" / "strange.ipynb") in message
     assert not (tmp_path / "out").exists()  # Jupyter Book never ran
 
 
