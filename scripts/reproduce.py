@@ -74,9 +74,9 @@ def seeds_note(args) -> str | None:
             "ours without judging it): RUN_ARGS=\"--seed 0 1 2\" trains three")
 
 
-def closing_lines(runs_dir: Path, profile: str, executed: Path, failed: int) -> list[str]:
-    """Where the tables and the figure are; a smoke-test warning for a shortened profile; what to do about
-    failed runs."""
+def closing_lines(runs_dir: Path, profile: str, executed: Path, failed: int, notes=()) -> list[str]:
+    """Where the tables and the figure are; a smoke-test warning for a shortened profile; `notes`; last, what to do
+    about failed runs (the line a reader acts on)."""
     lines = [f"{what}: {path}" for what, path in rendered_files(runs_dir, profile).items() if path.exists()]
     lines.append(f"the executed tables notebook: {executed}")
     known = parameters.PROFILES.get(profile)
@@ -84,6 +84,7 @@ def closing_lines(runs_dir: Path, profile: str, executed: Path, failed: int) -> 
         lines.append(f"profile {parameters.profile_label(profile)} is a smoke test, not the paper's protocol: it "
                      f"checks that every run trains and learns, and its numbers are not comparable with the "
                      f"paper's (`make reproduce PROFILE=paper` runs the paper's protocol)")
+    lines += [note for note in notes if note]
     if failed:
         lines.append(f"{failed} run{'s' if failed != 1 else ''} failed: re-run `make reproduce` to resume them")
     return lines
@@ -107,8 +108,7 @@ def main(argv=None) -> int:
               f"failing cell: {executed}", file=sys.stderr)
         status = status or 1
     failed = sum(o["status"] == "failed" for o in outcomes)
-    print("\n".join(closing_lines(runs_dir, args.profile, executed, failed)
-                    + [note for note in [seeds_note(args)] if note]))
+    print("\n".join(closing_lines(runs_dir, args.profile, executed, failed, [seeds_note(args)])))
     return status
 
 
