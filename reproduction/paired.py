@@ -153,12 +153,13 @@ def rank_test(r_a, r_b) -> dict:
 
 
 def compare(e_a: np.ndarray, e_b: np.ndarray, n_boot: int = 2000, seed: int = 0, level: float = LEVEL) -> dict:
-    """Every view of A − B (in error fractions): Welch (this test set), images and seeds, the two-way bootstrap,
-    exact ranks; the per-seed rates."""
+    """Every view of A − B (in error fractions): Welch (this test set), images and seeds, the two-way bootstrap
+    (None where n_boot is 0: a verdict needs only the images-and-seeds interval), exact ranks; the per-seed
+    rates."""
     return {"n_seeds": [len(e_a), len(e_b)], "n_images": e_a.shape[1],
             "rates_a": e_a.mean(axis=1).tolist(), "rates_b": e_b.mean(axis=1).tolist(),
             "welch": welch(e_a, e_b, level), "images_and_seeds": images_and_seeds(e_a, e_b, level),
-            "bootstrap": bootstrap(e_a, e_b, n_boot, seed, level),
+            "bootstrap": bootstrap(e_a, e_b, n_boot, seed, level) if n_boot else None,
             "ranks": rank_test(e_a.mean(axis=1), e_b.mean(axis=1))}
 
 
@@ -265,10 +266,11 @@ def pair_rows(groups: dict, labels: np.ndarray, n_boot: int = 1000, seed: int = 
             rows.append({"dataset": dataset, "net": net, "a": a, "b": b, "seeds": c["n_seeds"],
                          "difference": 100 * c["images_and_seeds"]["estimate"],
                          "welch": [100 * v for v in c["welch"]["interval"]], "images_and_seeds": pp,
-                         "bootstrap": [100 * v for v in c["bootstrap"]["interval"]],
+                         "bootstrap": c["bootstrap"] and [100 * v for v in c["bootstrap"]["interval"]],
                          "se_seeds": 100 * c["images_and_seeds"]["se_seeds"],
                          "se_images": 100 * c["images_and_seeds"]["se_images"],
                          "separated": pp[0] > 0 or pp[1] < 0,
+                         "rank_u": c["ranks"]["u"], "rank_of": c["ranks"]["of"],
                          "rank_p_two_sided": c["ranks"]["p_two_sided"],
                          "smallest_rank_p": c["ranks"]["smallest_two_sided_p"]})
     return rows
@@ -279,7 +281,7 @@ def table(rows: list[dict]) -> str:
     the Welch interval (conditional on this test set) and the interval over images and seeds; then, for the same
     pairs, the bootstrap's interval, the two SE terms and the exact rank p."""
     def iv(v):
-        return f"[{v[0]:+.2f}, {v[1]:+.2f}]"
+        return "–" if v is None else f"[{v[0]:+.2f}, {v[1]:+.2f}]"
 
     def pair(r):
         return f"| {r['dataset']} | [{r['net'].replace('-', ', ')}] | {r['a']} − {r['b']} |"
@@ -292,3 +294,18 @@ def table(rows: list[dict]) -> str:
     detail += [f"{pair(r)} {iv(r['bootstrap'])} | {r['se_seeds']:.2f} | {r['se_images']:.2f} | "
                f"{r['rank_p_two_sided']:.2f} ({r['smallest_rank_p']:.2f}) |" for r in rows]
     return "\n".join(main) + "\n\n" + "\n".join(detail)
+
+
+def oriented(rows: list[dict], dataset: str, net: str, a: str, b: str) -> dict | None:
+    """The pair_rows row of A − B on `dataset` and `net`, turned round where pair_rows holds B − A (it names a pair
+    in sorted order): the difference, every interval and the rank count U negated or mirrored (U of B below A is
+    the count's complement); None where the pair has no row (a side with under 2 seeds)."""
+    for r in rows:
+        if (r["dataset"], r["net"]) != (dataset, net) or {r["a"], r["b"]} != {a, b}:
+            continue
+        if r["a"] == a:
+            return r
+        flip = {k: [-r[k][1], -r[k][0]] for k in ("welch", "images_and_seeds", "bootstrap") if r[k] is not None}
+        return {**r, **flip, "a": a, "b": b, "seeds": r["seeds"][::-1], "difference": -r["difference"],
+                "rank_u": r["rank_of"] - r["rank_u"]}
+    return None

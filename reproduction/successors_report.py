@@ -1,11 +1,13 @@
 """The comparison of EBP with its successors, from the records: rows per method and net (seeds pooled), the table,
-the figure of error against training time, the calibration plot (notebooks/successors.ipynb).
+the figure of error against training time, the calibration plot, the verdicts (notebooks/successors.ipynb).
 
 Successor runs: outputs/successors/<profile>/<dataset>/<method>-<arch>[-seed<N>]/result.json (reproduction.successors).
-EBP: the committed records of the paper's protocols, outputs/runs/paper (MNIST) and paper-fashion-mnist, binary
-weights at 800 and [800, 800], without dropout (Table 2) and with the paper's sampled dropout (Table 3); EBP keeps
-its own protocol (120 epochs on all 60,000 images, no tuning), so its "time to best" is its training time and its
-deployable net is EBP-D.
+EBP twice. At the paper's protocols (the reproduction): the committed records of outputs/runs/paper (MNIST) and
+paper-fashion-mnist, binary weights at 800 and [800, 800], without dropout (Table 2) and with the paper's sampled
+dropout (Table 3), 120 epochs on all 60,000 images, so its "time to best" is its training time (wall seconds).
+Tuned like the successors (methods "ebp-tuned", "ebp-tuned-dropout", successors.ebp): the same harness, split, grid
+rule and early stop; its grid chooses the input preprocessing and the initial scale (EBP has no step size), early
+stopping its epoch. Both give EBP-D (the deployed ±1 net) and EBP-P (the predictive).
 """
 from __future__ import annotations
 
@@ -17,19 +19,23 @@ from pathlib import Path
 from scipy import stats
 
 from ebp_lib import DEFAULT_UPDATE
-from reproduction import band, records
+from reproduction import band, paired, records
 from reproduction import successors as sc
 from reproduction.results import DATASET_NAMES
 
 EBP_PROFILES = {"mnist": "paper", "fashion-mnist": "paper-fashion-mnist"}
 NETS = ("800", "800-800")
 METHOD_LABELS = {"ste": "STE / BinaryConnect", "bop": "Bop", "bayesbinn": "BayesBiNN", "ebp": "EBP (B-EBP-D / -P)",
-                 "ebp-dropout": "EBP, dropout 0.8 (B-EBP-D / -P)"}
+                 "ebp-dropout": "EBP, dropout 0.8 (B-EBP-D / -P)", "ebp-tuned": "EBP tuned (D / P)",
+                 "ebp-tuned-dropout": "EBP tuned, dropout 0.8 (D / P)"}
 EBP_METHODS = ("ebp", "ebp-dropout")  # the paper's Table 2 protocol, and Table 3's (sampled masks): EBP's best on two layers
+TUNED_EBP = ("ebp-tuned", "ebp-tuned-dropout")  # EBP tuned like the successors (successors.ebp)
+PAPER_PROTOCOL = dict(zip(TUNED_EBP, EBP_METHODS))  # each tuned variant's paper-protocol counterpart
 SUCCESSORS = ("ste", "bop", "bayesbinn")
 PROTOCOL_SEEDS = 3  # seeds 0, 1, 2 of every method, net and data set
-METHODS = EBP_METHODS + SUCCESSORS
-COLOURS = {"ste": "tab:blue", "bop": "tab:orange", "bayesbinn": "tab:green", "ebp": "black", "ebp-dropout": "grey"}
+METHODS = EBP_METHODS + TUNED_EBP + SUCCESSORS
+COLOURS = {"ste": "tab:blue", "bop": "tab:orange", "bayesbinn": "tab:green", "ebp": "black", "ebp-dropout": "grey",
+           "ebp-tuned": "tab:red", "ebp-tuned-dropout": "tab:purple"}
 
 
 def load_successors(root, profile: str, rescore: bool = True) -> list[dict]:
@@ -55,9 +61,13 @@ def load_successors(root, profile: str, rescore: bool = True) -> list[dict]:
     return found
 
 
+MACHINE_CLASSES = {"AMD EPYC": "AMD EPYC", "Intel(R) Xeon(R) Processor": "Intel Xeon"}
+
+
 def _machines(sessions: list[dict]) -> str:
-    """The CPU model(s) a run's sessions ran on, in order, each once."""
-    return " + ".join(dict.fromkeys(x.get("cpu", "?") for x in sessions))
+    """The machine class(es) a run's sessions ran on (MACHINE_CLASSES of the recorded CPU model), in order, each
+    once; "?" where a session recorded none."""
+    return " + ".join(dict.fromkeys(MACHINE_CLASSES.get(x.get("cpu") or "?", x.get("cpu") or "?") for x in sessions))
 
 
 def core_seconds(record: dict) -> float | None:
@@ -85,6 +95,7 @@ def successor_rows(results: list[dict]) -> list[dict]:
                      "core_seconds": core_seconds(r),
                      "best_epoch": r["best_epoch"], "epochs_to_target": e["epochs_to_target"],
                      "target": 100 * e["target_error"], "n_tuned": e["n_tuned"],
+                     "chosen": r["grid"]["chosen"], "epochs_done": r["epochs_done"],
                      "reliability": prob["reliability"]})
     return rows
 
@@ -110,17 +121,18 @@ def ebp_rows(ebp_results, dataset: str) -> list[dict]:
                      "s_to_best": r["train_seconds"], "cpu_s_per_epoch": None, "cpu_s_to_best": None,
                      "machine": _machines(r["sessions"]), "best_epoch": len(history),
                      "epochs_to_target": next((h["epoch"] for h in history if h["test_ebp_d"] <= target), None),
-                     "target": 100 * target, "n_tuned": 0, "reliability": None})
+                     "target": 100 * target, "n_tuned": 0, "chosen": None, "epochs_done": len(history),
+                     "reliability": None})
     return rows
 
 
-def _mean_sd(values) -> str:
+def _mean_sd(values, digits: int = 2) -> str:
     values = [v for v in values if v is not None]
     if not values:
         return "–"
     if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def _ints(values) -> str:
@@ -156,25 +168,50 @@ def table(rows: list[dict], dataset: str) -> str:
     return "\n".join(lines)
 
 
+def cost_unit(group: list[dict]) -> str:
+    """The one unit a group of runs' costs are shown in: "core-s" (the process's CPU time, one thread: what an idle
+    core takes) where every run recorded it, else "wall s" (older EBP records hold wall seconds only) for all."""
+    return "core-s" if all(r["cpu_s_to_best"] is not None for r in group) else "wall s"
+
+
+def _cost(row: dict, unit: str, what: str):
+    return row[f"cpu_s_{what}"] if unit == "core-s" else row[f"s_{what}"]
+
+
 def cost_table(rows: list[dict], dataset: str) -> str:
-    """Markdown: per method and net, seeds pooled (mean ± SD): training core-seconds (the process's CPU time, one
-    thread) per epoch and to the best epoch, wall seconds per epoch, the best epoch and the first epoch at or below
-    the target test error per seed, and the machines the runs ran on."""
-    lines = ["| method | net | seeds | core-s / epoch | core-s to best | wall s / epoch | best epoch | "
-             "epochs to target | machine |", "|" + "---|" * 9]
+    """Markdown: per method and net, seeds pooled (mean ± SD): training seconds per epoch (median of the epochs)
+    and to the best epoch (grid excluded), in the group's one cost_unit, the best epoch and the first epoch at or
+    below the target test error per seed, and the machine class the runs ran on."""
+    lines = ["| method | net | seeds | s / epoch | s to best | unit | best epoch | epochs to target | machine |",
+             "|" + "---|" * 9]
     for method, net, group in _groups(rows, dataset):
+        unit = cost_unit(group)
         lines.append(
             f"| {METHOD_LABELS[method]} | {_net(net)} | {_ints(r['seed'] for r in group)} | "
-            f"{_mean_sd(r['cpu_s_per_epoch'] for r in group)} | {_mean_sd(r['cpu_s_to_best'] for r in group)} | "
-            f"{_mean_sd(r['s_per_epoch'] for r in group)} | {_ints(r['best_epoch'] for r in group)} | "
-            f"{_ints(r['epochs_to_target'] for r in group)} | {', '.join(sorted({r['machine'] for r in group}))} |")
+            f"{_mean_sd((_cost(r, unit, 'per_epoch') for r in group), 1)} | "
+            f"{_mean_sd((_cost(r, unit, 'to_best') for r in group), 0)} | {unit} | {_ints(r['best_epoch'] for r in group)} | "
+            f"{_ints(r['epochs_to_target'] for r in group)} | "
+            f"{', '.join(sorted({m for r in group for m in r['machine'].split(' + ')}))} |")
     return "\n".join(lines)
+
+
+def choices_table(rows: list[dict]) -> str:
+    """Markdown: what the grid chose for each run of EBP tuned like the successors (input preprocessing, the initial
+    scale of h), the best validation epoch (the one reported) and the epoch it stopped at."""
+    lines = ["| data | net | method | seed | preprocessing | initial scale | best epoch | stopped at |", "|" + "---|" * 8]
+    for r in sorted((r for r in rows if r["method"] in TUNED_EBP),
+                    key=lambda r: (list(EBP_PROFILES).index(r["dataset"]), r["net"], r["method"], r["seed"])):
+        chosen = r["chosen"]
+        lines.append(f"| {r['dataset']} | {_net(r['net'])} | {r['method']} | {r['seed']} | {chosen['preprocessing']} | "
+                     f"{chosen['init_scale']:g} | {r['best_epoch']} | {r['epochs_done']} |")
+    return "\n".join(lines) if len(lines) > 2 else "EBP tuned like the successors: not yet run."
 
 
 def welch_difference(a, b) -> tuple[float, float, float] | None:
     """(mean(a) − mean(b), the half-width of its band.LEVEL t interval, Welch–Satterthwaite df) for two independent
-    sets of runs evaluated on the same test images (the test set's noise is shared and cancels; what separates them
-    is the run-to-run spread of each); None unless both have two runs or more."""
+    sets of runs evaluated on the same test images: it conditions on this test set (the run-to-run spread of each
+    only; another draw of test images would move the difference too: reproduction.paired.images_and_seeds counts
+    that); None unless both have two runs or more."""
     a, b = list(a), list(b)
     if len(a) < 2 or len(b) < 2:
         return None
@@ -263,20 +300,19 @@ def difference_table(rows: list[dict]) -> tuple[str, int, int]:
     return "\n".join(lines), judged, total
 
 
-def summary(rows: list[dict], expected_runs: int) -> str:
-    """Markdown for README.md (scripts/readme_tables.py copies it there): per data set and net, the deployed ±1 net's
-    test error of every method and the predictive of EBP and BayesBiNN (mean ± SD, the seed count where it is not
-    PROTOCOL_SEEDS), the differences with EBP that have seeds enough (difference_table) and their tally, the runs
-    finished of `expected_runs`, the protocols in one sentence."""
+def _cells(rows: list[dict]) -> dict:
+    """{(dataset, net, method, output): [errors of its seeds]}."""
     cell = {}
     for r in rows:
-        cell.setdefault((r["dataset"], r["net"], r["method"], "deployed"), []).append(r["deployed"])
-        if r["predictive"] is not None:
-            cell.setdefault((r["dataset"], r["net"], r["method"], "predictive"), []).append(r["predictive"])
-    columns = [("ebp", "deployed", "EBP-D"), ("ebp", "predictive", "EBP-P"),
-               ("ebp-dropout", "deployed", "EBP-D, dropout"), ("ebp-dropout", "predictive", "EBP-P, dropout"),
-               ("ste", "deployed", "STE"), ("bop", "deployed", "Bop"), ("bayesbinn", "deployed", "BayesBiNN"),
-               ("bayesbinn", "predictive", "BayesBiNN predictive")]
+        for output in EBP_OUTPUT_LABELS:
+            if r[output] is not None:
+                cell.setdefault((r["dataset"], r["net"], r["method"], output), []).append(r[output])
+    return cell
+
+
+def _errors_table(cell: dict, columns) -> tuple[list[str], bool]:
+    """Markdown lines of the cells' mean ± SD per data set and net with a run (the seed count in brackets where it
+    is not PROTOCOL_SEEDS), and whether any count was."""
     lines = ["| data | net | " + " | ".join(c[2] for c in columns) + " |", "|" + "---|" * (2 + len(columns))]
     other_counts = False
     for dataset in EBP_PROFILES:
@@ -287,17 +323,81 @@ def summary(rows: list[dict], expected_runs: int) -> str:
                 lines.append(f"| {dataset} | {_net(net)} | " + " | ".join(
                     "–" if not v else _mean_sd(v) + ("" if len(v) == PROTOCOL_SEEDS else f" ({len(v)})")
                     for v in values) + " |")
+    return lines, other_counts
+
+
+def tuned_difference_table(comparisons: list[dict]) -> str:
+    """Markdown: successor − EBP tuned like the successors (points) with the images-and-seeds 95% half-width, one
+    row per data set, net and tuned variant with a run (bold: the interval excludes 0; "(1 seed)": no interval)."""
+    head = "| data | net | tuned EBP | " + " | ".join(
+        f"{SHORT[m]}{' predictive' if o == 'predictive' else ''}" for m, o in COMPARISONS) + " |"
+    lines = [head, "|" + "---|" * (3 + len(COMPARISONS))]
+    for dataset in EBP_PROFILES:
+        for net in NETS:
+            for ebp_method in TUNED_EBP:
+                found = {(c["method"], c["output"]): c for c in comparisons if (c["dataset"], c["net"], c["ebp"]) ==
+                         (dataset, net, ebp_method) and c["verdict"] != NO_RUN}
+                if not found:
+                    continue
+                cells = []
+                for key in COMPARISONS:
+                    c = found.get(key)
+                    if c is None or c["images_and_seeds"] is None:
+                        cells.append("–" if c is None else f"{c['difference']:+.2f} ({min(c['seeds'])} seed)")
+                        continue
+                    lo, hi = c["images_and_seeds"]
+                    text = f"{c['difference']:+.2f} ± {(hi - lo) / 2:.2f}"
+                    cells.append(f"**{text}**" if lo > 0 or hi < 0 else text)
+                protocol = "dropout" if ebp_method == "ebp-tuned-dropout" else "no dropout"
+                lines.append(f"| {dataset} | {_net(net)} | {protocol} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+TUNED_EXPECTED = len(TUNED_EBP) * len(NETS) * len(EBP_PROFILES) * PROTOCOL_SEEDS
+
+
+def summary(rows: list[dict], expected_runs: int, pairs: list[dict] = ()) -> str:
+    """Markdown for README.md (scripts/readme_tables.py copies it there): per data set and net, the deployed ±1
+    net's test error of every method and the predictive of EBP and BayesBiNN (mean ± SD, the seed count where it is
+    not PROTOCOL_SEEDS), EBP tuned like the successors beside; the differences with paper-protocol EBP that have
+    seeds enough (difference_table, Welch) and their tally; the differences with tuned EBP over images and seeds
+    (tuned_difference_table of `pairs`, paired.pair_rows), the verdict sentences and whether the MNIST verdict
+    reversed; the runs finished of `expected_runs` successor runs and TUNED_EXPECTED tuned EBP runs; what each
+    protocol tunes in one sentence."""
+    cell = _cells(rows)
+    columns = [("ebp", "deployed", "EBP-D"), ("ebp", "predictive", "EBP-P"),
+               ("ebp-dropout", "deployed", "EBP-D, dropout"), ("ebp-dropout", "predictive", "EBP-P, dropout"),
+               ("ste", "deployed", "STE"), ("bop", "deployed", "Bop"), ("bayesbinn", "deployed", "BayesBiNN"),
+               ("bayesbinn", "predictive", "BayesBiNN predictive")]
+    lines, other_counts = _errors_table(cell, columns)
+    tuned_lines, tuned_other = _errors_table(cell, [(m, o, f"{EBP_OUTPUT_LABELS[o]}{', dropout' * ('dropout' in m)}")
+                                                    for m in TUNED_EBP for o in EBP_OUTPUT_LABELS])
     successors = [r for r in rows if r["method"] in SUCCESSORS]
+    tuned = [r for r in rows if r["method"] in TUNED_EBP]
     text = [f"Test error (%), mean ± SD over {PROTOCOL_SEEDS} seeds{' (other counts in brackets)' * other_counts}, of "
-            f"the deployed ±1 nets (EBP: EBP-D) and the predictives; {len(successors)} of the {expected_runs} "
-            "successor runs finished.", "\n".join(lines)]
+            f"the deployed ±1 nets (EBP: EBP-D) and the predictives, EBP at the paper's protocols; {len(successors)} "
+            f"of the {expected_runs} successor runs finished.", "\n".join(lines)]
+    if tuned:
+        text += [f"EBP tuned like the successors (seeds{' in brackets' * tuned_other}; {len(tuned)} of its "
+                 f"{TUNED_EXPECTED} runs finished):", "\n".join(tuned_lines)]
     table, judged, total = difference_table(rows)
     if judged:
-        text += [f"Successor − EBP, points, same test images ({band.LEVEL:.0%} Welch interval; **bold**: excludes 0; "
-                 f"n.c.: under two seeds):", table, tally(rows)]
+        text += [f"Successor − EBP at the paper's protocols, points, same test images ({band.LEVEL:.0%} Welch "
+                 f"interval, which conditions on this test set; **bold**: excludes 0; n.c.: under two seeds):", table,
+                 tally(rows)]
+    comparisons = tuned_comparisons(rows, list(pairs))
+    if tuned:
+        text += [f"Successor − EBP tuned like the successors, points ({band.LEVEL:.0%} interval over seeds and test "
+                 "images, reproduction/paired.py; **bold**: excludes 0):", tuned_difference_table(comparisons)]
+    text.append("\n".join(f"- {line}" for line in verdict_sentences(comparisons) + [reversal_sentence(comparisons)]))
     waiting = f"{total - judged} of the {total} comparisons rest on one seed: not conclusive yet. " if judged < total else ""
-    text.append(waiting + "The successors were tuned on a validation split; EBP ran untuned, at the paper's protocols.")
+    text.append(waiting + "The successors were tuned on a validation split. EBP ran at the paper's protocols and, "
+                "separately, tuned like them. " + WHAT_EBP_TUNES)
     return "\n\n".join(text)
+
+
+WHAT_EBP_TUNES = ("EBP has no step size; its grid chooses the input preprocessing and the initial scale, early "
+                  "stopping its epoch.")
 
 
 def tally_counts(rows: list[dict]) -> dict:
@@ -330,33 +430,186 @@ def tally(rows: list[dict]) -> str:
     return "Two seeds or more a side, successor's error lower/higher/not separable: " + "; ".join(per_dataset) + "."
 
 
-def in_short(rows: list[dict]) -> str:
-    """The page's answer in a few sentences, from tally_counts and the records' costs."""
+def tuned_sentence(comparisons: list[dict]) -> str:
+    """One sentence of tuned_comparisons' deployed ±1 comparisons: how many nets tuned EBP has run on, how many
+    comparisons put the successor lower, higher or cannot separate them, how many rest on one seed and on how many
+    of those the seed's tuned EBP-D errs less."""
+    deployed = [c for c in comparisons if c["output"] == "deployed" and c["verdict"] != NO_RUN]
+    if not deployed:
+        return "EBP tuned like them is not yet run."
+    nets = {(c["dataset"], c["net"]) for c in deployed}
+    verdicts = Counter(c["verdict"] for c in deployed)
+    pending = [c for c in deployed if c["verdict"] not in VERDICT_WORDS.values()]
+    text = f"Against EBP-D tuned like them ({len(nets)} of {len(NETS) * len(EBP_PROFILES)} data set and net pairs so far)"
+    if len(pending) < len(deployed):
+        text += (f", the ±1 nets err less in {verdicts['lower']}, more in {verdicts['higher']} and cannot be "
+                 f"separated in {verdicts['cannot be separated']}")
+    if pending:
+        text += (f"{';' if len(pending) < len(deployed) else ','} {len(pending)} rest on one seed, no verdict; on it "
+                 f"tuned EBP-D errs less in {sum(c['difference'] > 0 for c in pending)}")
+    return text + "."
+
+
+def in_short(rows: list[dict], comparisons: list[dict] = ()) -> str:
+    """The page's answer in a few sentences, from tally_counts, tuned_sentence of `comparisons` (tuned_comparisons)
+    and the records' costs."""
     counts = tally_counts(rows)
     deployed = sum((c["deployed"] for c in counts.values()), Counter())
     mnist, fashion = (counts[d]["predictive"] for d in ("mnist", "fashion-mnist"))
-    hours = sum(r["core_seconds"] or 0 for r in rows if r["method"] in SUCCESSORS) / 3600
+    hours = {group: sum(r.get("core_seconds") or 0 for r in rows if r["method"] in methods) / 3600
+             for group, methods in (("successors", SUCCESSORS), ("ebp", TUNED_EBP))}
     advice = ("train with a successor" if 2 * deployed["lower"] > deployed.total()
               else "EBP-D holds its own")
-    return (f"> **In short.** For a deployed ±1 net, {advice}. Tuned STE, Bop and BayesBiNN err less than EBP-D in "
-            f"{deployed['lower']} of {deployed.total()} comparisons with two seeds a side. EBP-P, the averaged "
-            f"read-out, holds up better. BayesBiNN's averaged prediction beats it in {mnist['lower']} of "
-            f"{mnist.total()} on MNIST and loses {fashion['higher']} of {fashion.total()} on Fashion-MNIST. EBP has "
-            f"no learning rate and ran at the paper's settings; the successors' grids and runs took {hours:.0f} "
-            "core-hours.")
+    return (f"> **In short.** Against EBP at the paper's protocol, {advice}: tuned STE, Bop and BayesBiNN err less "
+            f"than EBP-D in {deployed['lower']} of {deployed.total()} comparisons. {tuned_sentence(list(comparisons))} "
+            f"BayesBiNN's averaged prediction beats the paper's EBP-P in {mnist['lower']} of {mnist.total()} on MNIST "
+            f"and loses {fashion['higher']} of {fashion.total()} on Fashion-MNIST. {WHAT_EBP_TUNES} Grids and runs "
+            f"took {hours['successors']:.0f} core-hours for the successors, {hours['ebp']:.1f} for tuned EBP.")
 
 
-EBP_LEGEND = {"ebp": "EBP-D", "ebp-dropout": "EBP-D, dropout"}
+NO_RUN, ONE_SEED, NO_PREDICTIONS = "not yet run", "one seed: no verdict", "no per-image predictions: no verdict"
+VERDICT_WORDS = {"lower": "lower", "higher": "higher", "not separable": "cannot be separated"}
+SHORT = {"ste": "STE", "bop": "Bop", "bayesbinn": "BayesBiNN"}
 
 
-def _seconds_to_best(row: dict) -> float:
-    """Core-seconds to the best epoch where the record has them, else (EBP, older records) wall seconds."""
-    return row["s_to_best"] if row["cpu_s_to_best"] is None else row["cpu_s_to_best"]
+def _interval_side(interval) -> str:
+    """_side of an interval [lo, hi]."""
+    lo, hi = interval
+    return _side((lo + hi) / 2, (hi - lo) / 2)
+
+
+def tuned_comparisons(rows: list[dict], pairs: list[dict]) -> list[dict]:
+    """Successor − EBP tuned like the successors, per data set, net, tuned variant and comparison of COMPARISONS
+    (a successor's deployed ±1 net against EBP-D; BayesBiNN's predictive against EBP-P), where the successor has
+    runs: the difference of the seed means (points), the Welch and the images-and-seeds 95% intervals and the exact
+    rank count (paired.oriented of `pairs`, paired.pair_rows of the runs' per-image predictions), the verdict (where
+    the images-and-seeds interval lies: VERDICT_WORDS; ONE_SEED where a side has under two seeds; NO_RUN where tuned
+    EBP has none) and the paper-protocol verdict of the same comparison (Welch; PAPER_PROTOCOL's EBP)."""
+    found_all = []
+    for dataset in EBP_PROFILES:
+        for net in NETS:
+            for ebp_method in TUNED_EBP:
+                for method, output in COMPARISONS:
+                    ours = _errors(rows, dataset, net, method, output)
+                    ebp = _errors(rows, dataset, net, ebp_method, output)
+                    if not ours:
+                        continue
+                    found = paired.oriented(pairs, dataset, net, paired.output_label(method, output),
+                                            paired.output_label(ebp_method, output)) if ebp else None
+                    verdict = (NO_RUN if not ebp else ONE_SEED if min(len(ours), len(ebp)) < 2
+                               else NO_PREDICTIONS if found is None else VERDICT_WORDS[_interval_side(
+                                   found["images_and_seeds"])])
+                    old = _compare(rows, dataset, net, method, output, PAPER_PROTOCOL[ebp_method])[2]
+                    found_all.append({
+                        "dataset": dataset, "net": net, "method": method, "output": output, "ebp": ebp_method,
+                        "seeds": [len(ours), len(ebp)],
+                        "difference": statistics.fmean(ours) - statistics.fmean(ebp) if ebp else None,
+                        "welch": found and found["welch"], "images_and_seeds": found and found["images_and_seeds"],
+                        "ranks": found and (found["rank_u"], found["rank_of"], found["rank_p_two_sided"],
+                                            found["smallest_rank_p"]),
+                        "verdict": verdict, "paper_verdict": old and VERDICT_WORDS[_side(*old[:2])]})
+    return found_all
+
+
+def _pair_label(c: dict) -> str:
+    ebp = EBP_OUTPUT_LABELS[c["output"]] + (", dropout" if c["ebp"] == "ebp-tuned-dropout" else "")
+    return f"{SHORT[c['method']]}{' pred.' if c['output'] == 'predictive' else ''} − {ebp}"
+
+
+def tuned_table(comparisons: list[dict]) -> str:
+    """Two narrow markdown tables of the tuned_comparisons that have a tuned EBP run: successor − tuned EBP
+    (points) with the Welch interval (this test set) and the images-and-seeds interval; then the seeds, the exact
+    rank count U of the successor's seeds below EBP's (of m_A m_B) with its two-sided p and the smallest p those
+    seeds allow, and the verdict."""
+    def iv(v):
+        return "–" if v is None else f"[{v[0]:+.2f}, {v[1]:+.2f}]"
+    run = [c for c in comparisons if c["verdict"] != NO_RUN]
+    if not run:
+        return "EBP tuned like the successors: not yet run."
+    head = "| {} | {} | {} |".format
+    main = ["| data | net | successor − tuned EBP | difference | Welch 95% (this test set) | images and seeds 95% |",
+            "|" + "---|" * 6]
+    main += [f"{head(c['dataset'], _net(c['net']), _pair_label(c))} {c['difference']:+.2f} | {iv(c['welch'])} | "
+             f"{iv(c['images_and_seeds'])} |" for c in run]
+    ranks = ["| data | net | successor − tuned EBP | seeds | exact ranks: U, p (smallest) | verdict |", "|" + "---|" * 6]
+    for c in run:
+        rank = "–" if c["ranks"] is None else "{:g} of {}, {:.2f} ({:.2f})".format(*c["ranks"])
+        ranks.append(f"{head(c['dataset'], _net(c['net']), _pair_label(c))} {c['seeds'][0]} and {c['seeds'][1]} | "
+                     f"{rank} | {c['verdict']} |")
+    return "\n".join(main) + "\n\n" + "\n".join(ranks)
+
+
+def _direction(c: dict) -> str:
+    return "lower" if c["difference"] < 0 else "higher"
+
+
+def _verdict_list(words: list[str]) -> str:
+    return f"all {len(words)} {words[0]}" if len(set(words)) == 1 and len(words) > 1 else ", ".join(words)
+
+
+def verdict_sentences(comparisons: list[dict]) -> list[str]:
+    """One sentence per data set, net and tuned EBP variant with a run: each successor − tuned EBP's verdict (lower:
+    the successor errs less; the numbers are tuned_difference_table's), then the paper-protocol verdicts of the same
+    comparisons; last, per tuned variant, where it has not run yet."""
+    lines, missing = [], {m: [] for m in TUNED_EBP}
+    for dataset in EBP_PROFILES:
+        for net in NETS:
+            where = f"{DATASET_NAMES[dataset]} {_net(net)}"
+            group = [c for c in comparisons if c["dataset"] == dataset and c["net"] == net]
+            for ebp_method in TUNED_EBP:
+                run = [c for c in group if c["ebp"] == ebp_method and c["verdict"] != NO_RUN]
+                if group and not run:
+                    missing[ebp_method].append(where)
+                if not run:
+                    continue
+                names = [f"{SHORT[c['method']]}{' predictive' * (c['output'] == 'predictive')}" for c in run]
+                seeds = "/".join(map(str, sorted({c["seeds"][1] for c in run})))
+                now = [c["verdict"] for c in run]
+                said = (now[0] if len(set(now)) == 1 else
+                        ", ".join(f"{n} {v}" for n, v in zip(names, now)))
+                before = _verdict_list([c["paper_verdict"] or "n.c." for c in run])
+                lines.append(f"{where} against {METHOD_LABELS[ebp_method].split(' (')[0]} ({seeds} seed"
+                             f"{'s' * (seeds != '1')}): {said}; at the paper's protocol {before}.")
+    for ebp_method, where in missing.items():
+        if where:
+            lines.append(f"{METHOD_LABELS[ebp_method].split(' (')[0]} {NO_RUN} on {', '.join(where)}.")
+    return lines
+
+
+def reversal_sentence(comparisons: list[dict], dataset: str = "mnist") -> str:
+    """Whether the ±1 nets' verdict on `dataset` reversed between the paper-protocol EBP-D (per-pixel
+    standardisation) and EBP-D tuned like the successors: of the deployed comparisons with a paper verdict, how
+    many held, reversed or are no longer separated, and how many rest on one seed (and where that seed points)."""
+    deployed = [c for c in comparisons if c["dataset"] == dataset and c["output"] == "deployed"
+                and c["paper_verdict"] is not None and c["verdict"] != NO_RUN]
+    name = DATASET_NAMES[dataset]
+    if not deployed:
+        return f"{name}: EBP tuned like the successors {NO_RUN}; no verdict can reverse yet."
+    old = Counter(c["paper_verdict"] for c in deployed)
+    judged = [c for c in deployed if c["verdict"] in VERDICT_WORDS.values()]
+    pending = [c for c in deployed if c not in judged]
+    held = sum(c["verdict"] == c["paper_verdict"] for c in judged)
+    reversed_ = sum({c["verdict"], c["paper_verdict"]} == {"lower", "higher"} for c in judged)
+    opposite = sum(c["paper_verdict"] in ("lower", "higher") and _direction(c) != c["paper_verdict"] for c in pending)
+    text = (f"{name}, ±1 nets against EBP-D: at the paper's protocol {old['lower']} of {len(deployed)} comparisons "
+            f"put the successor lower, {old['higher']} higher; against EBP tuned like them")
+    if judged:
+        text += (f", of {len(judged)} with seeds enough, {held} held, {reversed_} reversed and "
+                 f"{len(judged) - held - reversed_} changed to or from cannot be separated")
+    if pending:
+        text += (f"{',' if judged else ''} {len(pending)} rest on one seed (no verdict), whose difference points the "
+                 f"other way in {opposite}")
+    return text + "."
+
+
+EBP_LEGEND = {"ebp": "EBP-D (wall s)", "ebp-dropout": "EBP-D, dropout (wall s)", "ebp-tuned": "EBP-D tuned",
+              "ebp-tuned-dropout": "EBP-D tuned, dropout"}
 
 
 def error_time_figure(rows: list[dict], datasets=("mnist", "fashion-mnist")):
-    """Deployed net's test error against training seconds to the best epoch (_seconds_to_best): one point per run
-    (seeds shown as separate points), colour per method, marker per net (o: 800, s: [800, 800])."""
+    """Deployed net's test error against training seconds to the best epoch, each method in its cost_unit: filled
+    markers core-seconds, hollow ones wall seconds (the paper-protocol EBP records hold no CPU time); one point per
+    run (seeds shown as separate points), colour per method, marker per net (o: 800, s: [800, 800])."""
     from matplotlib import ticker
 
     from ebp_analysis import subplots
@@ -367,10 +620,13 @@ def error_time_figure(rows: list[dict], datasets=("mnist", "fashion-mnist")):
             for net, marker in zip(NETS, "os"):
                 group = [r for r in rows if r["method"] == method and r["net"] == net and r["dataset"] == dataset]
                 if group:
-                    ax.scatter([_seconds_to_best(r) for r in group], [r["deployed"] for r in group],
-                               c=COLOURS[method], marker=marker, alpha=0.8,
+                    unit = cost_unit(group)
+                    colour = {"facecolors": "none", "edgecolors": COLOURS[method]} if unit == "wall s" else \
+                        {"c": COLOURS[method]}
+                    ax.scatter([_cost(r, unit, "to_best") for r in group], [r["deployed"] for r in group],
+                               marker=marker, alpha=0.8, **colour,
                                label=f"{EBP_LEGEND.get(method) or METHOD_LABELS[method]} {_net(net)}")
-        ax.set(xscale="log", yscale="log", xlabel="training seconds to the best epoch",
+        ax.set(xscale="log", yscale="log", xlabel="core-s to the best epoch (hollow: wall s)",
                ylabel="test error of the ±1 net (%)", title=dataset)
         for axis in (ax.xaxis, ax.yaxis):  # plain numbers; no labels on minor ticks (they overlap within a decade)
             axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
@@ -382,10 +638,10 @@ def error_time_figure(rows: list[dict], datasets=("mnist", "fashion-mnist")):
 
 
 def calibration_plot(ax, rows: list[dict], dataset: str) -> None:
-    """Reliability diagram per method on `ax` (probabilistic output: BayesBiNN's predictive, the others' softmax),
-    the runs' bins pooled by count."""
+    """Reliability diagram per method on `ax` (probabilistic output: BayesBiNN's predictive, STE's and Bop's
+    softmax, tuned EBP's EBP-P: successors.ebp.class_probabilities), the runs' bins pooled by count."""
     ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--")
-    for method in SUCCESSORS:
+    for method in SUCCESSORS + TUNED_EBP:
         group = [r["reliability"] for r in rows if r["method"] == method and r["dataset"] == dataset]
         if not group:
             continue
@@ -395,18 +651,19 @@ def calibration_plot(ax, rows: list[dict], dataset: str) -> None:
         acc = [sum(g["count"][b] * g["accuracy"][b] for g in group if g["count"][b]) / n if n else None
                for b, n in enumerate(counts)]
         pts = [(c, a) for c, a in zip(conf, acc) if c is not None]
-        ax.plot(*zip(*pts), marker="o", color=COLOURS[method], label=METHOD_LABELS[method])
+        label = METHOD_LABELS[method].replace("(D / P)", "(EBP-P)")
+        ax.plot(*zip(*pts), marker="o", color=COLOURS[method], label=label)
     ax.set(xlabel="confidence (top class)", ylabel="accuracy", title=f"calibration, {dataset}", xlim=(0, 1),
            ylim=(0, 1))
     ax.legend(fontsize=8, loc="lower right")
 
 
-def paired_intervals(root, profile: str, data_dir=None, n_boot: int = 1000) -> list[dict]:
+def paired_intervals(root, profile: str, data_dir=None, n_boot: int = 1000, results=None) -> list[dict]:
     """For every pair of methods (and outputs) on the same test images, per data set and net: the difference with
     the interval over seeds and test images beside the Welch interval, from the runs' per-image predictions
-    (reproduction.paired.pair_rows; paired.table prints them)."""
+    (reproduction.paired.pair_rows; paired.table prints them). results: the records (load_successors of root and
+    profile where None); n_boot 0 leaves the bootstrap out (a verdict needs the images-and-seeds interval only)."""
     import ebp_data
-    from reproduction import paired
-    groups = paired.run_predictions(load_successors(root, profile), root)
+    groups = paired.run_predictions(load_successors(root, profile) if results is None else results, root)
     labels = {dataset: ebp_data.load_raw(dataset, data_dir)["test_labels"] for dataset, _ in groups}
     return paired.pair_rows(groups, labels, n_boot)

@@ -133,3 +133,25 @@ def test_the_reports_paired_intervals_from_the_committed_successor_runs(real_dat
             # disagree on more images than the methods do; the interval still holds the difference
             assert 0 <= r["se_images"] < r["se_seeds"] and r["seeds"] == [3, 3]
             assert r["images_and_seeds"][0] < r["difference"] < r["images_and_seeds"][1]
+
+
+def test_oriented_turns_a_pair_round_and_no_bootstrap_when_n_boot_is_0():
+    """pair_rows names a pair in sorted order; oriented gives A − B either way round: the difference and every
+    interval negated and mirrored, the rank count U its complement; a side with one seed has no row."""
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 10, 800)
+    wrong = lambda p: np.where(rng.random(800) < p, (labels + 1) % 10, labels).astype(np.uint8)  # noqa: E731
+    groups = {("mnist", "800"): {"ste": {"seeds": [0, 1, 2], "predictions": np.stack([wrong(0.06) for _ in range(3)])},
+                                 "ebp-tuned-D": {"seeds": [0, 1], "predictions": np.stack([wrong(0.03) for _ in range(2)])},
+                                 "bop": {"seeds": [0], "predictions": np.stack([wrong(0.03)])}}}
+    rows = paired.pair_rows(groups, labels, n_boot=0)
+    stored = rows[0]
+    assert (stored["a"], stored["b"], stored["bootstrap"]) == ("ebp-tuned-D", "ste", None)
+    turned = paired.oriented(rows, "mnist", "800", "ste", "ebp-tuned-D")
+    assert turned["difference"] == pytest.approx(-stored["difference"]) and turned["seeds"] == [3, 2]
+    for key in ("welch", "images_and_seeds"):
+        assert turned[key] == pytest.approx([-stored[key][1], -stored[key][0]])
+    assert turned["rank_u"] + stored["rank_u"] == stored["rank_of"] == 6
+    assert paired.oriented(rows, "mnist", "800", "ebp-tuned-D", "ste") is stored
+    assert paired.oriented(rows, "mnist", "800", "bop", "ste") is None
+    assert "| – |" in paired.table(rows)  # no bootstrap interval: a dash

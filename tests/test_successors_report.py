@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 import statistics
 
+import numpy as np
 import pytest
 from scipy import stats
 
+from reproduction import paired
 from reproduction import successors_report as report
 from reproduction.results import load_results
 
@@ -104,7 +106,8 @@ def test_tally_counts_each_judged_comparison_by_where_its_interval_lies():
     text = report.summary(rows, expected_runs=36)
     assert report.tally(rows) in text and "1 of the 6 comparisons rest on one seed" in text
     complete = report.summary(rows[:-2], expected_runs=36)
-    assert "rest on one seed" not in complete and complete.endswith("EBP ran untuned, at the paper's protocols.")
+    assert "rest on one seed" not in complete and complete.endswith(report.WHAT_EBP_TUNES)
+    assert "no hyperparameter" not in complete and "untuned" not in complete
 
 
 def test_rows_read_the_committed_records():
@@ -122,3 +125,102 @@ def test_rows_read_the_committed_records():
         assert {r["net"] for r in rows if r["method"] == "ebp-dropout"} == set(report.NETS)
         assert all(r["cpu_s_to_best"] is None and r["machine"] for r in rows)
         assert statistics.fmean(r["deployed"] for r in plain) > statistics.fmean(r["predictive"] for r in plain)
+
+
+def tuned_case(rng_seed=3):
+    """Synthetic per-image predictions on 4,000 images and the rows they give: STE (3 seeds) errs more than tuned
+    EBP-D (3 seeds), Bop has one seed, BayesBiNN's ±1 net errs like EBP-D; the paper-protocol EBP errs most."""
+    rng = np.random.default_rng(rng_seed)
+    labels = rng.integers(0, 10, 4000)
+    hard = rng.random(4000)  # image difficulty shared by every method
+
+    def wrong(p):
+        return np.where(hard + 0.3 * rng.random(4000) < p * 1.3, (labels + 1) % 10, labels).astype(np.uint8)
+    plan = {"ste": (0.05, 3), "bop": (0.04, 1), "bayesbinn": (0.03, 3), "ebp-tuned": (0.03, 3)}
+    sides, rows = {}, []
+    for method, (p, seeds) in plan.items():
+        predictions = np.stack([wrong(p) for _ in range(seeds)])
+        sides[paired.output_label(method, "deployed")] = {"seeds": list(range(seeds)), "predictions": predictions}
+        rows += [row(method, seed=s, deployed=100 * float(np.mean(predictions[s] != labels))) for s in range(seeds)]
+    rows += [row("ebp", seed=s, deployed=8.0 + 0.05 * s, predictive=7.0) for s in range(3)]
+    pairs = paired.pair_rows({("mnist", "800"): sides}, {"mnist": labels}, n_boot=0)
+    return rows, pairs
+
+
+def test_tuned_comparisons_judge_by_the_interval_over_images_and_seeds_and_say_what_is_missing():
+    rows, pairs = tuned_case()
+    found = {(c["method"], c["ebp"]): c for c in report.tuned_comparisons(rows, pairs)}
+    ste, bop, bayes = (found[m, "ebp-tuned"] for m in ("ste", "bop", "bayesbinn"))
+    assert ste["verdict"] == "higher" and ste["images_and_seeds"][0] > 0 and ste["paper_verdict"] == "lower"
+    assert bop["verdict"] == "one seed: no verdict" and bop["welch"] is None and bop["seeds"] == [1, 3]
+    assert bayes["verdict"] == "cannot be separated"
+    assert found["ste", "ebp-tuned-dropout"]["verdict"] == "not yet run"
+    assert ("bayesbinn", "ebp-tuned") in found and len(found) == 6  # the predictive: no successor rows, no comparison
+    # the seed means of the rows and the per-image predictions give one difference; the interval holds it
+    for c in (ste, bayes):
+        pair = paired.oriented(pairs, "mnist", "800", c["method"], "ebp-tuned-D")
+        assert pair["difference"] == pytest.approx(c["difference"], abs=1e-9)
+        assert c["images_and_seeds"][0] < c["difference"] < c["images_and_seeds"][1]
+        assert c["welch"][0] < c["difference"] < c["welch"][1]
+    assert ste["ranks"][:2] == (0.0, 9) and ste["ranks"][3] == pytest.approx(0.1)  # every STE seed above
+
+
+def test_verdict_sentences_and_the_reversal_are_generated_from_the_intervals():
+    rows, pairs = tuned_case()
+    comparisons = report.tuned_comparisons(rows, pairs)
+    lines = report.verdict_sentences(comparisons)
+    assert lines[0] == ("MNIST [800] against EBP tuned (3 seeds): STE higher, Bop one seed: no verdict, BayesBiNN "
+                        "cannot be separated; at the paper's protocol lower, n.c., lower.")
+    assert lines[1] == "EBP tuned, dropout 0.8 not yet run on MNIST [800]."
+    assert report.reversal_sentence(comparisons) == (
+        "MNIST, ±1 nets against EBP-D: at the paper's protocol 2 of 2 comparisons put the successor lower, 0 higher; "
+        "against EBP tuned like them, of 2 with seeds enough, 0 held, 1 reversed and 1 changed to or from cannot be "
+        "separated.")
+    # tuned EBP with one seed, below every successor: no verdict, and that seed points the other way in both
+    one = [r for r in rows if r["method"] != "ebp-tuned"] + [row("ebp-tuned", deployed=0.0)]
+    assert report.reversal_sentence(report.tuned_comparisons(one, pairs)).endswith(
+        "against EBP tuned like them 2 rest on one seed (no verdict), whose difference points the other way in 2.")
+    assert "not yet run" in report.reversal_sentence([], "fashion-mnist")
+    table = report.tuned_table(comparisons)
+    assert "| mnist | [800] | STE − EBP-D | " in table and "| 3 and 3 | 0 of 9, 0.10 (0.10) | higher |" in table
+    assert "| mnist | [800] | Bop − EBP-D | 1 and 3 | – | one seed: no verdict |" in table
+    text = report.summary(rows, expected_runs=36, pairs=pairs)
+    assert "3 of its 24 runs finished" in text and lines[0] in text
+    assert f"| mnist | [800] | no dropout | **{next(c for c in comparisons if c['method'] == 'ste')['difference']:+.2f} ± " \
+        in text and "(1 seed)" in text
+    assert "At the paper's protocol" not in report.in_short(rows)  # no tuned run: the box says so
+    assert "EBP tuned like them is not yet run." in report.in_short(rows)
+    assert "more in 1 and cannot be separated in 1; 1 rest on one seed, no verdict" in report.in_short(rows, comparisons)
+
+
+def full_row(method, unit_cpu, seed=0, dataset="mnist", net="800"):
+    r = {**row(method, net, seed, 2.0, 1.9, dataset), "s_per_epoch": 10.0, "s_to_best": 1200.0,
+         "cpu_s_per_epoch": 4.0 if unit_cpu else None, "cpu_s_to_best": 120.0 if unit_cpu else None,
+         "best_epoch": 30, "epochs_to_target": 5, "machine": "AMD EPYC + Intel Xeon", "epochs_done": 45,
+         "chosen": {"preprocessing": "unit", "init_scale": 784.0}}
+    return r
+
+
+def test_cost_table_shows_one_unit_per_row_and_says_which():
+    rows = [full_row("ebp", False), full_row("ebp-tuned", True), full_row("ste", True),
+            {**full_row("bop", True), "cpu_s_to_best": None}]  # one record without CPU time: the group in wall s
+    lines = report.cost_table(rows, "mnist").splitlines()
+    assert lines[2] == ("| EBP (B-EBP-D / -P) | [800] | 0 | 10.0 | 1200 | wall s | 30 | 5 | AMD EPYC, Intel Xeon |")
+    assert lines[3].startswith("| EBP tuned (D / P) | [800] | 0 | 4.0 | 120 | core-s |")
+    assert " 10.0 | 1200 | wall s |" in lines[5]
+    assert report.choices_table(rows).splitlines()[2] == "| mnist | [800] | ebp-tuned | 0 | unit | 784 | 30 | 45 |"
+    assert report.choices_table(rows[:1]) == "EBP tuned like the successors: not yet run."
+
+
+def test_calibration_plot_draws_tuned_ebp_p():
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    bins = {"bins": 3, "count": [0, 10, 90], "confidence": [None, 0.5, 0.95], "accuracy": [None, 0.4, 0.97]}
+    rows = [{**row(m), "reliability": bins} for m in ("ste", "ebp-tuned")]
+    fig, ax = plt.subplots()
+    report.calibration_plot(ax, rows, "mnist")
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "EBP tuned (EBP-P)" in labels and "STE / BinaryConnect" in labels
+    assert list(ax.get_lines()[labels.index("EBP tuned (EBP-P)")].get_xdata()) == [0.5, 0.95]
+    plt.close(fig)
