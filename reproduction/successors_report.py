@@ -359,10 +359,10 @@ TUNED_EXPECTED = len(TUNED_EBP) * len(NETS) * len(EBP_PROFILES) * PROTOCOL_SEEDS
 def summary(rows: list[dict], expected_runs: int, pairs: list[dict] = ()) -> str:
     """Markdown for README.md (scripts/readme_tables.py copies it there): per data set and net, the deployed ±1
     net's test error of every method and the predictive of EBP and BayesBiNN (mean ± SD, the seed count where it is
-    not PROTOCOL_SEEDS), EBP tuned like the successors beside; the differences with paper-protocol EBP that have
-    seeds enough (difference_table, Welch) and their tally; the differences with tuned EBP over images and seeds
-    (tuned_difference_table of `pairs`, paired.pair_rows), the verdict sentences and whether the MNIST verdict
-    reversed; the runs finished of `expected_runs` successor runs and TUNED_EXPECTED tuned EBP runs; what each
+    not PROTOCOL_SEEDS), EBP tuned like the successors beside; the tally of the differences with paper-protocol
+    EBP that have seeds enough (Welch; difference_table, which the notebook shows); the differences with tuned EBP
+    over images and seeds (tuned_difference_table of `pairs`, paired.pair_rows), the verdict sentences and whether
+    the MNIST verdict reversed; the runs finished of `expected_runs` successor runs and TUNED_EXPECTED tuned EBP runs; what each
     protocol tunes in one sentence."""
     cell = _cells(rows)
     columns = [("ebp", "deployed", "EBP-D"), ("ebp", "predictive", "EBP-P"),
@@ -380,11 +380,10 @@ def summary(rows: list[dict], expected_runs: int, pairs: list[dict] = ()) -> str
     if tuned:
         text += [f"EBP tuned like the successors (seeds{' in brackets' * tuned_other}; {len(tuned)} of its "
                  f"{TUNED_EXPECTED} runs finished):", "\n".join(tuned_lines)]
-    table, judged, total = difference_table(rows)
+    _, judged, total = difference_table(rows)
     if judged:
-        text += [f"Successor − EBP at the paper's protocols, points, same test images ({band.LEVEL:.0%} Welch "
-                 f"interval, which conditions on this test set; **bold**: excludes 0; n.c.: under two seeds):", table,
-                 tally(rows)]
+        text.append(f"Successor − EBP at the paper's protocols ({band.LEVEL:.0%} Welch intervals, which condition on "
+                    f"this test set; the table: the notebook). {tally(rows)}")
     comparisons = tuned_comparisons(rows, list(pairs))
     if tuned:
         text += [f"Successor − EBP tuned like the successors, points ({band.LEVEL:.0%} interval over seeds and test "
@@ -440,13 +439,13 @@ def tuned_sentence(comparisons: list[dict]) -> str:
     nets = {(c["dataset"], c["net"]) for c in deployed}
     verdicts = Counter(c["verdict"] for c in deployed)
     pending = [c for c in deployed if c["verdict"] not in VERDICT_WORDS.values()]
-    text = f"Against EBP-D tuned like them ({len(nets)} of {len(NETS) * len(EBP_PROFILES)} data set and net pairs so far)"
+    text = f"Against EBP-D tuned like them ({len(nets)} of {len(NETS) * len(EBP_PROFILES)} data sets × nets so far)"
     if len(pending) < len(deployed):
         text += (f", the ±1 nets err less in {verdicts['lower']}, more in {verdicts['higher']} and cannot be "
                  f"separated in {verdicts['cannot be separated']}")
     if pending:
-        text += (f"{';' if len(pending) < len(deployed) else ','} {len(pending)} rest on one seed, no verdict; on it "
-                 f"tuned EBP-D errs less in {sum(c['difference'] > 0 for c in pending)}")
+        text += (f"{';' if len(pending) < len(deployed) else ','} {len(pending)} rest on one seed, no verdict; that "
+                 f"seed's EBP-D errs less in {sum(c['difference'] > 0 for c in pending)}")
     return text + "."
 
 
@@ -460,8 +459,8 @@ def in_short(rows: list[dict], comparisons: list[dict] = ()) -> str:
              for group, methods in (("successors", SUCCESSORS), ("ebp", TUNED_EBP))}
     advice = ("train with a successor" if 2 * deployed["lower"] > deployed.total()
               else "EBP-D holds its own")
-    return (f"> **In short.** Against EBP at the paper's protocol, {advice}: tuned STE, Bop and BayesBiNN err less "
-            f"than EBP-D in {deployed['lower']} of {deployed.total()} comparisons. {tuned_sentence(list(comparisons))} "
+    return (f"> **In short.** Against the paper-protocol EBP, {advice}: tuned STE, Bop and BayesBiNN beat EBP-D in "
+            f"{deployed['lower']} of {deployed.total()} comparisons. {tuned_sentence(list(comparisons))} "
             f"BayesBiNN's averaged prediction beats the paper's EBP-P in {mnist['lower']} of {mnist.total()} on MNIST "
             f"and loses {fashion['higher']} of {fashion.total()} on Fashion-MNIST. {WHAT_EBP_TUNES} Grids and runs "
             f"took {hours['successors']:.0f} core-hours for the successors, {hours['ebp']:.1f} for tuned EBP.")
@@ -543,6 +542,10 @@ def _direction(c: dict) -> str:
     return "lower" if c["difference"] < 0 else "higher"
 
 
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def _verdict_list(words: list[str]) -> str:
     return f"all {len(words)} {words[0]}" if len(set(words)) == 1 and len(words) > 1 else ", ".join(words)
 
@@ -565,11 +568,12 @@ def verdict_sentences(comparisons: list[dict]) -> list[str]:
                 names = [f"{SHORT[c['method']]}{' predictive' * (c['output'] == 'predictive')}" for c in run]
                 seeds = "/".join(map(str, sorted({c["seeds"][1] for c in run})))
                 now = [c["verdict"] for c in run]
-                said = (now[0] if len(set(now)) == 1 else
-                        ", ".join(f"{n} {v}" for n, v in zip(names, now)))
+                said = (now[0] if set(now) in ({ONE_SEED}, {NO_PREDICTIONS}) else _verdict_list(now)
+                        if len(set(now)) == 1 else ", ".join(
+                            f"{_and([n for n, w in zip(names, now) if w == v])} {v}" for v in dict.fromkeys(now)))
                 before = _verdict_list([c["paper_verdict"] or "n.c." for c in run])
-                lines.append(f"{where} against {METHOD_LABELS[ebp_method].split(' (')[0]} ({seeds} seed"
-                             f"{'s' * (seeds != '1')}): {said}; at the paper's protocol {before}.")
+                lines.append(f"{where}, {METHOD_LABELS[ebp_method].split(' (')[0]} ({seeds} seed"
+                             f"{'s' * (seeds != '1')}): {said} (paper protocol: {before}).")
     for ebp_method, where in missing.items():
         if where:
             lines.append(f"{METHOD_LABELS[ebp_method].split(' (')[0]} {NO_RUN} on {', '.join(where)}.")
@@ -591,14 +595,13 @@ def reversal_sentence(comparisons: list[dict], dataset: str = "mnist") -> str:
     held = sum(c["verdict"] == c["paper_verdict"] for c in judged)
     reversed_ = sum({c["verdict"], c["paper_verdict"]} == {"lower", "higher"} for c in judged)
     opposite = sum(c["paper_verdict"] in ("lower", "higher") and _direction(c) != c["paper_verdict"] for c in pending)
-    text = (f"{name}, ±1 nets against EBP-D: at the paper's protocol {old['lower']} of {len(deployed)} comparisons "
-            f"put the successor lower, {old['higher']} higher; against EBP tuned like them")
+    text = (f"{name} ±1 nets against EBP-D at the paper's protocol: {old['lower']} of {len(deployed)} lower, "
+            f"{old['higher']} higher. Against EBP tuned like them:")
     if judged:
-        text += (f", of {len(judged)} with seeds enough, {held} held, {reversed_} reversed and "
-                 f"{len(judged) - held - reversed_} changed to or from cannot be separated")
+        text += (f" {held} held, {reversed_} reversed, {len(judged) - held - reversed_} moved to or from cannot be "
+                 f"separated{';' * bool(pending)}")
     if pending:
-        text += (f"{',' if judged else ''} {len(pending)} rest on one seed (no verdict), whose difference points the "
-                 f"other way in {opposite}")
+        text += f" {len(pending)} on one seed (no verdict), pointing the other way in {opposite}"
     return text + "."
 
 

@@ -87,7 +87,7 @@ def test_difference_table_shows_judged_rows_bold_where_the_interval_excludes_zer
                                      f"-0.05 ± {report.welch_difference([2.9, 3.0, 3.1], [3.0, 3.05, 3.1])[1]:.2f} | "
                                      f"-0.05 ± {report.welch_difference([2.5, 2.6, 2.7], [2.6, 2.65, 2.7])[1]:.2f} |")
     assert len(table.splitlines()) == 3  # the dropout row has no comparison with seeds enough
-    assert "**bold**: excludes 0" in report.summary(rows, expected_runs=36)
+    assert f"the table: the notebook). {report.tally(rows)}" in report.summary(rows, expected_runs=36)
 
 
 def test_tally_counts_each_judged_comparison_by_where_its_interval_lies():
@@ -169,17 +169,16 @@ def test_verdict_sentences_and_the_reversal_are_generated_from_the_intervals():
     rows, pairs = tuned_case()
     comparisons = report.tuned_comparisons(rows, pairs)
     lines = report.verdict_sentences(comparisons)
-    assert lines[0] == ("MNIST [800] against EBP tuned (3 seeds): STE higher, Bop one seed: no verdict, BayesBiNN "
-                        "cannot be separated; at the paper's protocol lower, n.c., lower.")
+    assert lines[0] == ("MNIST [800], EBP tuned (3 seeds): STE higher, Bop one seed: no verdict, BayesBiNN "
+                        "cannot be separated (paper protocol: lower, n.c., lower).")
     assert lines[1] == "EBP tuned, dropout 0.8 not yet run on MNIST [800]."
     assert report.reversal_sentence(comparisons) == (
-        "MNIST, ±1 nets against EBP-D: at the paper's protocol 2 of 2 comparisons put the successor lower, 0 higher; "
-        "against EBP tuned like them, of 2 with seeds enough, 0 held, 1 reversed and 1 changed to or from cannot be "
-        "separated.")
+        "MNIST ±1 nets against EBP-D at the paper's protocol: 2 of 2 lower, 0 higher. Against EBP tuned like them: 0 "
+        "held, 1 reversed, 1 moved to or from cannot be separated.")
     # tuned EBP with one seed, below every successor: no verdict, and that seed points the other way in both
     one = [r for r in rows if r["method"] != "ebp-tuned"] + [row("ebp-tuned", deployed=0.0)]
     assert report.reversal_sentence(report.tuned_comparisons(one, pairs)).endswith(
-        "against EBP tuned like them 2 rest on one seed (no verdict), whose difference points the other way in 2.")
+        "Against EBP tuned like them: 2 on one seed (no verdict), pointing the other way in 2.")
     assert "not yet run" in report.reversal_sentence([], "fashion-mnist")
     table = report.tuned_table(comparisons)
     assert "| mnist | [800] | STE − EBP-D | " in table and "| 3 and 3 | 0 of 9, 0.10 (0.10) | higher |" in table
