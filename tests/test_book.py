@@ -413,17 +413,37 @@ def test_tables_fit_the_column(browser, book, page):
     assert not seen["wide_tables"], "tables wider than the column:\n  " + "\n  ".join(seen["wide_tables"])
 
 
-# Words that name another page of the book: each such mention on a page I open to report is a link.
-CROSS_REFERENCE = re.compile(r"\b[Nn]otebooks? \d\d[a-z]?\b|`(?:notebooks/)?[\w./]+\.ipynb`|`docs/\w+\.md`")
+# Words that name another page of the book: each such mention on a page I open to report is a link. A file name
+# counts only where it is one of ours (the authors' `synthetic_data.ipynb` is not a page of the book).
+CROSS_REFERENCE = re.compile(r"\b[Nn]otebooks? \d\d[a-z]?\b|`(?:notebooks/)?([\w./]+\.ipynb)`|`docs/\w+\.md`")
+# The pages whose prose is checked: the report pages, the numbered notebooks and the experiment notebook.
+# 11_convolutional_ebp is left out until its own edit links its references.
+LINKED_PAGES = ANSWER_FIRST + tuple(p for p in PAGES if NUMBERED.match(Path(p).name)
+                                    and p != "notebooks/11_convolutional_ebp") + ("notebooks/experiment",)
 
 
-@pytest.mark.parametrize("page", ANSWER_FIRST)
+def unlinked_references(text: str) -> list[str]:
+    """The mentions of another page in Markdown `text` that are not inside a Markdown link."""
+    prose = re.sub(r"\[[^\]]*\]\([^)]*\)", "LINK", text)
+    return [m.group(0) for m in CROSS_REFERENCE.finditer(prose)
+            if not m.group(1) or (ROOT / "notebooks" / Path(m.group(1)).name).is_file()]
+
+
+@pytest.mark.parametrize("page", LINKED_PAGES)
 def test_cross_references_are_links(page):
-    """"notebook 09", `tables.ipynb`, `docs/maths.md` in a report page's prose are Markdown links (which
+    """"notebook 09", `tables.ipynb`, `docs/maths.md` in a page's prose are Markdown links (which
     test_page_in_browser then follows), not words."""
     text, _ = markdown_and_figures(page)
-    prose = re.sub(r"\[[^\]]*\]\([^)]*\)", "LINK", text)
-    assert not CROSS_REFERENCE.findall(prose), CROSS_REFERENCE.findall(prose)
+    assert not unlinked_references(text), unlinked_references(text)
+
+
+def test_the_notebooks_readme_links_every_notebook_it_names():
+    """notebooks/README.md (read on GitHub, not in the book) names each notebook as a link to its file, and every
+    link to a notebook reaches one."""
+    text = (ROOT / "notebooks" / "README.md").read_text(encoding="utf-8")
+    assert not unlinked_references(text), unlinked_references(text)
+    targets = re.findall(r"\]\(([\w.]+\.ipynb)(?:#[\w-]*)?\)", text)
+    assert len(set(targets)) >= 18 and all((ROOT / "notebooks" / t).is_file() for t in targets), targets
 
 
 def in_short_box(page: str) -> str:
