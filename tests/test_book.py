@@ -413,6 +413,47 @@ def test_tables_fit_the_column(browser, book, page):
     assert not seen["wide_tables"], "tables wider than the column:\n  " + "\n  ".join(seen["wide_tables"])
 
 
+# Every "mean ± spread" of a table cell whose text the browser lays out on more than one line.
+WRAPPED_SPREADS = r"""
+const article = document.querySelector('article') || document.body;
+const found = [];
+for (const cell of article.querySelectorAll('td, th')) {
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const m of node.textContent.matchAll(/[-+−]?\d+(?:\.\d+)?%?\s*±\s*\d+(?:\.\d+)?%?/g)) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+      if (lines.size > 1) found.push(`${m[0]} on ${lines.size} lines in "${cell.textContent.trim().slice(0, 40)}"`);
+    }
+  }
+}
+return found;
+"""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_number_and_its_spread_stay_on_one_line(browser, book, page):
+    """"3.18 ± 0.05" in a narrow table column is never broken across lines (build_book.keep_spreads_whole)."""
+    browser.get((book / f"{page}.html").as_uri())
+    build_book.wait_for_mathjax(browser)
+    wrapped = browser.execute_script(WRAPPED_SPREADS)
+    assert not wrapped, f"{len(wrapped)} numbers broken across lines:\n  " + "\n  ".join(wrapped[:8])
+
+
+def test_spreads_are_joined_in_table_cells_only(tmp_path):
+    """The no-break spaces go into table cells, not into prose or code, and a second pass finds nothing to do."""
+    page = tmp_path / "page.html"
+    page.write_text('<p>3.18 ± 0.05</p><table><tr><td class="x">3.18 ± 0.05 (n = 3)</td><th>+0.30 ± 0.08%</th>'
+                    '<td>a ± b</td></tr></table><pre>2.0 ± 1.0</pre>', encoding="utf-8")
+    assert build_book.keep_spreads_whole(tmp_path) == 2
+    assert page.read_text(encoding="utf-8") == (
+        '<p>3.18 ± 0.05</p><table><tr><td class="x">3.18&#160;±&#160;0.05 (n = 3)</td><th>+0.30&#160;±&#160;0.08%</th>'
+        '<td>a ± b</td></tr></table><pre>2.0 ± 1.0</pre>')
+    assert build_book.keep_spreads_whole(tmp_path) == 0
+
+
 # Words that name another page of the book: each such mention on a page I open to report is a link. A file name
 # counts only where it is one of ours (the authors' `synthetic_data.ipynb` is not a page of the book).
 CROSS_REFERENCE = re.compile(r"\b[Nn]otebooks? \d\d[a-z]?\b|`(?:notebooks/)?([\w./]+\.ipynb)`|`docs/\w+\.md`")
