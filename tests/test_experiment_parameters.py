@@ -5,6 +5,9 @@ naming it and saying how to fix it, never with an AttributeError or TypeError fr
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -46,3 +49,22 @@ def test_a_parameter_named_like_the_notebooks_own_names_is_refused_by_name(injec
     with pytest.raises(parameters.ParameterError) as info:
         run_validation(injected)
     assert message in str(info.value), str(info.value)
+
+
+def test_papermill_over_a_finished_runs_notebook_says_how_to_restore_it(tmp_path):
+    """`papermill experiment.ipynb <run>/experiment.ipynb -p output_dir <run> ...` on a finished run: papermill
+    writes its output notebook before any cell runs (so no cell can refuse before the run's notebook is replaced);
+    the folder cell then refuses to train, its message names the restore command, and result.json is untouched."""
+    run = tmp_path / "binary-200"
+    shutil.copytree(parameters.REPO / "outputs" / "runs" / "quick" / "binary-200", run)
+    record = (run / "result.json").read_bytes()
+    done = subprocess.run([sys.executable, "-m", "papermill", str(parameters.NOTEBOOK), str(run / "experiment.ipynb"),
+                           "-p", "output_dir", str(run), "-p", "epochs", "1", "--cwd", str(parameters.NOTEBOOK.parent)],
+                          capture_output=True, text=True, cwd=parameters.REPO)
+    assert done.returncode != 0 and "FinishedRunError" in done.stderr, done.stderr[-2000:]
+    errors = [o for c in json.loads((run / "experiment.ipynb").read_text())["cells"] for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    message = errors[0]["evalue"]
+    assert "it has just replaced the finished run's notebook" in message, message
+    assert f"git restore --source=HEAD -- {run / 'experiment.ipynb'}" in message, message
+    assert (run / "result.json").read_bytes() == record
