@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 
 from reproduction.backprop import CONFIGS, DATASETS, PAPER_CONFIGS, hidden_layers
+from reproduction.parameters import MECHANISMS
 from reproduction.results import DATASET_NAMES
 
 TABLE2_ARCHITECTURES = ("200", "400", "600", "800", "1000", "200-200", "400-400", "600-600", "800-800")
@@ -21,9 +22,11 @@ ROW_ORDER = ("tanh-200", "tanh-400", "tanh-500-l2", "tanh-600", "tanh-800", "tan
 def is_table2_ebp(result: dict, dataset: str) -> bool:
     """A finished paper-protocol EBP run of Table 2's setting on `dataset`: no dropout, per-pixel
     standardisation, reference initialisation, the spec's update, batch 10, one of Table 2's architectures. The
-    batch is checked because a mechanism profile (parameters.MECHANISMS) changes it within the paper's protocol."""
+    batch is checked because a mechanism profile (parameters.MECHANISMS) changes it within the paper's protocol;
+    a run of a mechanism profile is refused by its folder too, as the float64 one changes only the engine."""
     p = result.get("parameters", {})
     return (result["method"] == "ebp" and result.get("protocol") == "paper" and p.get("batch_size") == 10
+            and result.get("profile") not in MECHANISMS
             and bool(result.get("finished")) and p.get("dataset") == dataset and p.get("dropout") is None
             and p.get("architecture") in TABLE2_ARCHITECTURES and p.get("preprocessing") == "pixel"
             and p.get("std_floor") == 0 and p.get("init_scale") == 1 and p.get("real_update", "spec") == "spec")

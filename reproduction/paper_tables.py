@@ -132,6 +132,18 @@ def check_real_update(rows: list[dict], real_update: str) -> None:
                          f"{' and '.join(other)}-weight runs: select --weights {weights}")
 
 
+def profile_engine(profile: dict, engine: str | None) -> str | None:
+    """The engine of a batch: `engine` (validate_engine), or the profile's own where it names one (the float64
+    mechanism profile, parameters.MECHANISMS); ValueError if the two differ, as the profile is about its engine."""
+    if engine is not None:
+        validate_engine(engine)
+    own = profile.get("engine")
+    if own is not None and engine is not None and engine != own:
+        raise ValueError(f"profile {profile['name']} trains with the {own} engine: drop --engine {engine} "
+                         f"(or give --engine {own})")
+    return engine if engine is not None else own
+
+
 def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs_dir=RUNS_DIR,
               seeds=(0,), data_dir=None, mask_reading: str = DEFAULT_MASK_READING, dataset: str | None = None,
               real_update: str = DEFAULT_UPDATE, engine: str | None = None) -> list[dict]:
@@ -144,20 +156,19 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
     `dataset` (None: the rows' own, MNIST) trains the same runs on another data set, into
     <runs_dir>/<results_folder(profile, dataset)>/<run>/ (e.g. paper-fashion-mnist/binary-200). `real_update`
     (real-weight rows only: check_real_update) trains with the authors' real-weight update, into folders ending in
-    -authors (or -authors-delta, -authors-variance). `engine` (None: the notebook's default, the fast engine) is
-    passed to the notebook as the run option `engine`; the run's folder is the same whichever engine trains it, and
-    its result.json names the engine.
+    -authors (or -authors-delta, -authors-variance). `engine` (None: the profile's, else the notebook's default,
+    the fast engine: profile_engine) is passed to the notebook as the run option `engine`; the run's folder is the
+    same whichever engine trains it, and its result.json names the engine.
 
     The command line's boundary: each job's RunConfig (its `config`) is built and validated here, once
     (ParameterError, a ValueError, naming every problem), and carried unchanged to the notebook.
     """
     check_mask_reading(rows, mask_reading)
     check_real_update(rows, real_update)
-    if engine is not None:
-        validate_engine(engine)
+    profile = PROFILES[profile] if isinstance(profile, str) else profile
+    engine = profile_engine(profile, engine)
     if dataset is not None:
         rows = dataset_rows(rows, dataset)
-    profile = PROFILES[profile] if isinstance(profile, str) else profile
     data_dir = data_dir or os.environ.get(ebp_data.DATA_ENV_VAR)
     env = {ebp_data.DATA_ENV_VAR: str(Path(data_dir).resolve())} if data_dir else {}
     jobs = []

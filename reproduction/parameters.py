@@ -44,9 +44,13 @@ PROFILES = {
 # than the paper's B-EBP-P at every width), each paired by seed with the paper profile's run (same initial weights;
 # the same example order where the training images are the same). 50k: the first 50,000 images, as when 10,000 are held
 # out for validation; unit: pixels/255; image: each image standardised by its own mean and std; batch1: one image
-# per update. Their runs land in outputs/runs/<profile>/.
+# per update; f64: float64 arithmetic, the reference engine (ebp_lib's numpy) instead of the fast float32 one, a run
+# option (RUN_OPTIONS) that the profile sets for each of its jobs and result.json records (binary-200 only: about
+# 90-120 s an epoch on a loaded 2-core AMD EPYC, 3-4 hours a run, past the runner's timeout, which is sized for
+# the fast engine: give run_tables.py --run-timeout). Their runs land in outputs/runs/<profile>/.
 MECHANISMS = {"paper-50k": {"n_train": 50000}, "paper-unit": {"preprocessing": "unit"},
-              "paper-image": {"preprocessing": "image"}, "paper-batch1": {"batch_size": 1}}
+              "paper-image": {"preprocessing": "image"}, "paper-batch1": {"batch_size": 1},
+              "paper-f64": {"engine": "reference"}}
 PROFILES.update({name: {**PROFILES["paper"], "name": name, **change} for name, change in MECHANISMS.items()})
 # A finished run whose final EBP-P test error is not below this has not learned (predicting the commonest digit
 # errs on 88.65% of MNIST's test images): the experiment notebook's check, which every profile's runs must pass.
@@ -89,7 +93,10 @@ def given_parameters(namespace: dict, bound_before: dict) -> dict:
     cell) was taken, so that a name papermill injected but the parameters cell does not know (`-p epoch 3`,
     `-p _epochs 3`, or `-p json 1` over a name the notebook imported) reaches RunConfig.of and is refused. Only the
     names IPython binds itself (IPYTHON_NAMES) and the run options (RUN_OPTIONS, checked by validate_engine) are
-    left out."""
+    left out. A `bound_before` that is no dict was itself replaced by a parameter (`-p bound_before 1`): refused."""
+    if not isinstance(bound_before, dict):
+        raise ParameterError(f"invalid experiment parameters:\n  - bound_before={bound_before!r}: the notebook's own "
+                             f"name (what was bound before its parameters cell), not a parameter: leave it out")
     def rebound(name, value):
         return name not in bound_before or bound_before[name] is not value
 
@@ -197,7 +204,8 @@ class RunConfig:
         unknown = sorted(set(params) - set(DEFAULT_PARAMETERS))
         if unknown:
             values = {**DEFAULT_PARAMETERS, **{k: v for k, v in params.items() if k in DEFAULT_PARAMETERS}}
-            problems = [f"{name}: unknown parameter (known: {', '.join(DEFAULT_PARAMETERS)})" for name in unknown]
+            problems = [f"{name}: unknown parameter; correct its name or leave it out (known: "
+                        f"{', '.join(DEFAULT_PARAMETERS)}; run option: {', '.join(RUN_OPTIONS)})" for name in unknown]
             raise ParameterError("invalid experiment parameters:\n  - "
                                  + "\n  - ".join(problems + _problems(values)))
         return cls(**params)
@@ -362,4 +370,5 @@ def profile_label(profile: str) -> str:
         return profile
     n = f"all {FULL_TRAIN:,}" if known["n_train"] is None else f"the first {known['n_train']:,}"
     inputs = f", {known['preprocessing']} preprocessing" if "preprocessing" in known else ""
+    inputs += f", {known['engine']} engine" if "engine" in known else ""
     return f"{profile} ({known['epochs']} epochs on {n} training images, batch {known['batch_size']}{inputs})"

@@ -201,7 +201,7 @@ def run(argv=None) -> tuple[int, list[dict]]:
     print(f"profile {args.profile}: {profile['epochs']} epochs, {n_train:,} training images of {args.dataset}; "
           f"seeds {', '.join(map(str, args.seed))}; dropout reading "
           f"{args.dropout_reading}; mask reading {args.mask_reading}; update {args.real_update}; engine "
-          f"{args.engine or ebp_train.DEFAULT_ENGINE}{', seeds of a run trained together' if args.group_seeds else ''}; "
+          f"{jobs[0].get('engine') or ebp_train.DEFAULT_ENGINE}{', seeds of a run trained together' if args.group_seeds else ''}; "
           f"results in "
           f"{args.runs_dir / folder.results_folder(args.profile, args.dataset)}")
     try:

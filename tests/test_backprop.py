@@ -249,3 +249,4 @@ def test_table2_ebp_excludes_the_mechanism_profiles():
     assert comparison.is_table2_ebp(record(), "mnist")
     assert not comparison.is_table2_ebp(record(batch_size=1), "mnist")
     assert not comparison.is_table2_ebp(record(preprocessing="unit"), "mnist")
+    assert not comparison.is_table2_ebp({**record(), "profile": "paper-f64", "engine": "reference"}, "mnist")

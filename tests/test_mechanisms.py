@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from scipy import stats
 
-from reproduction import mechanisms, paper_tables, results
+from reproduction import mechanisms, paper_tables, parameters, results
 from tests.fake_runs import fake_result
 
 OFFSETS = (0.0, 0.001, -0.001)  # the paper profile's three seeds, SD 0.1 points
@@ -93,3 +93,46 @@ def test_the_offset_line_and_the_excluded_list(rows):
     excluded = mechanisms.excluded_table().splitlines()
     assert len(excluded) == 2 + len(mechanisms.EXCLUDED) and excluded[2].startswith("| the held mask reading |")
     assert paper_tables.read_paper_tables()  # the rows the offset line reads
+
+
+def float64_runs(shift, seeds=(0, 1, 2)):
+    """The float64 profile's binary 200 runs (the reference engine, recorded in result.json), `shift` above their
+    twins plus the same wobble as mechanism_runs."""
+    runs = [fake_result(net("binary", "200"), 120, None, "paper-f64", 0.03 + OFFSETS[s] + shift + 0.0002 * (s - 1),
+                        seed=s) for s in seeds]
+    return [{**r, "engine": "reference"} for r in runs]
+
+
+def test_float64_is_listed_not_run_and_pairs_by_engine():
+    """The float64 profile trains binary 200 only: its other cells say so, never 'not run yet' or 'unchanged'; a run
+    pairs with the paper profile's fast-engine twin, and a run of its folder on the fast engine is no float64 run."""
+    line = row_of(mechanisms.mechanism_table(paper_runs()), "paper-f64")
+    assert line.startswith("| paper-f64: float64 arithmetic (the reference engine) | not run yet | "
+                           "not trained (binary 200 only) | not trained (binary 200 only) |"), line
+    assert line.endswith("| undecided (fewer than two seeds) |")
+    table = mechanisms.mechanism_table(paper_runs() + float64_runs(0.003))
+    half = stats.t.ppf(0.975, 2) * 0.02 / 3 ** 0.5
+    assert row_of(table, "paper-f64").endswith(
+        f"| +0.30 ± {half:.2f} (3 seeds) | not trained (binary 200 only) | not trained (binary 200 only) "
+        f"| explains (on binary 200 only: no control) |")
+    fast = [{**r, "engine": "fast"} for r in float64_runs(0.003)]
+    assert row_of(mechanisms.mechanism_table(paper_runs() + fast), "paper-f64").count("not run yet") == 1
+    small = mechanisms.mechanism_table(paper_runs() + float64_runs(0.0))
+    assert row_of(small, "paper-f64").endswith("| does not explain: B-EBP-P moves by less than +0.1 (on binary 200 "
+                                               "only: no control) |")
+
+
+def test_the_float64_profile_selects_the_reference_engine(rows):
+    """Its jobs run the reference engine (a run option, named in each result.json) with the paper's protocol; an
+    --engine that contradicts it is refused before any run."""
+    selected = paper_tables.select_rows(rows, [2], ["200"], None, ["binary"])
+    jobs = paper_tables.make_jobs(selected, "paper-f64", seeds=(0, 1))
+    assert [j["engine"] for j in jobs] == ["reference", "reference"] and {j["profile"] for j in jobs} == {"paper-f64"}
+    assert jobs[0]["config"].parameters() == paper_tables.make_jobs(selected, "paper")[0]["config"].replace(
+        output_dir=jobs[0]["config"].output_dir).parameters()
+    assert all("paper-f64/binary-200" in j["output_dir"] for j in jobs)
+    assert "engine" not in paper_tables.make_jobs(selected, "paper")[0]
+    assert paper_tables.make_jobs(selected, "paper-f64", engine="reference")[0]["engine"] == "reference"
+    with pytest.raises(ValueError, match="profile paper-f64 trains with the reference engine: drop --engine fast"):
+        paper_tables.make_jobs(selected, "paper-f64", engine="fast")
+    assert parameters.profile_label("paper-f64").endswith("batch 10, reference engine)")
