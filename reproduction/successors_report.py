@@ -328,7 +328,8 @@ def _errors_table(cell: dict, columns) -> tuple[list[str], bool]:
 
 def tuned_difference_table(comparisons: list[dict]) -> str:
     """Markdown: successor − EBP tuned like the successors (points) with the images-and-seeds 95% half-width, one
-    row per data set, net and tuned variant with a run (bold: the interval excludes 0; "(1 seed)": no interval)."""
+    row per data set, net and tuned variant with a run (bold: the interval excludes 0; "(1 seed)": no interval;
+    W: Welch's, where a side keeps no per-image predictions)."""
     head = "| data | net | tuned EBP | " + " | ".join(
         f"{SHORT[m]}{' predictive' if o == 'predictive' else ''}" for m, o in COMPARISONS) + " |"
     lines = [head, "|" + "---|" * (3 + len(COMPARISONS))]
@@ -342,11 +343,11 @@ def tuned_difference_table(comparisons: list[dict]) -> str:
                 cells = []
                 for key in COMPARISONS:
                     c = found.get(key)
-                    if c is None or c["images_and_seeds"] is None:
-                        cells.append("–" if c is None else f"{c['difference']:+.2f} ({min(c['seeds'])} seed)")
+                    if c is None or c["verdict"] == ONE_SEED:
+                        cells.append("–" if c is None else f"{c['difference']:+.2f} (1 seed)")
                         continue
-                    lo, hi = c["images_and_seeds"]
-                    text = f"{c['difference']:+.2f} ± {(hi - lo) / 2:.2f}"
+                    lo, hi = c["images_and_seeds"] or c["welch"]
+                    text = f"{c['difference']:+.2f} ± {(hi - lo) / 2:.2f}" + " W" * (c["images_and_seeds"] is None)
                     cells.append(f"**{text}**" if lo > 0 or hi < 0 else text)
                 protocol = "dropout" if ebp_method == "ebp-tuned-dropout" else "no dropout"
                 lines.append(f"| {dataset} | {_net(net)} | {protocol} | " + " | ".join(cells) + " |")
@@ -387,7 +388,8 @@ def summary(rows: list[dict], expected_runs: int, pairs: list[dict] = ()) -> str
     comparisons = tuned_comparisons(rows, list(pairs))
     if tuned:
         text += [f"Successor − EBP tuned like the successors, points ({band.LEVEL:.0%} interval over seeds and test "
-                 "images, reproduction/paired.py; **bold**: excludes 0):", tuned_difference_table(comparisons)]
+                 "images, reproduction/paired.py; **bold**: excludes 0; W: Welch's, this test set only, where per-image "
+                 "predictions are missing):", tuned_difference_table(comparisons)]
     text.append("\n".join(f"- {line}" for line in verdict_sentences(comparisons) + [reversal_sentence(comparisons)]))
     waiting = f"{total - judged} of the {total} comparisons rest on one seed: not conclusive yet. " if judged < total else ""
     text.append(waiting + "The successors were tuned on a validation split. EBP ran at the paper's protocols and, "
@@ -466,7 +468,8 @@ def in_short(rows: list[dict], comparisons: list[dict] = ()) -> str:
             f"took {hours['successors']:.0f} core-hours for the successors, {hours['ebp']:.1f} for tuned EBP.")
 
 
-NO_RUN, ONE_SEED, NO_PREDICTIONS = "not yet run", "one seed: no verdict", "no per-image predictions: no verdict"
+NO_RUN, ONE_SEED = "not yet run", "one seed: no verdict"
+WELCH_ONLY = " on this test set only"  # a verdict from Welch alone: a side keeps no per-image predictions
 VERDICT_WORDS = {"lower": "lower", "higher": "higher", "not separable": "cannot be separated"}
 SHORT = {"ste": "STE", "bop": "Bop", "bayesbinn": "BayesBiNN"}
 
@@ -483,7 +486,9 @@ def tuned_comparisons(rows: list[dict], pairs: list[dict]) -> list[dict]:
     runs: the difference of the seed means (points), the Welch and the images-and-seeds 95% intervals and the exact
     rank count (paired.oriented of `pairs`, paired.pair_rows of the runs' per-image predictions), the verdict (where
     the images-and-seeds interval lies: VERDICT_WORDS; ONE_SEED where a side has under two seeds; NO_RUN where tuned
-    EBP has none) and the paper-protocol verdict of the same comparison (Welch; PAPER_PROTOCOL's EBP)."""
+    EBP has none; where a side keeps no per-image predictions, e.g. BayesBiNN's predictive, the Welch interval of the
+    seeds' errors and its side + WELCH_ONLY) and the paper-protocol verdict of the same comparison (Welch;
+    PAPER_PROTOCOL's EBP)."""
     found_all = []
     for dataset in EBP_PROFILES:
         for net in NETS:
@@ -496,14 +501,18 @@ def tuned_comparisons(rows: list[dict], pairs: list[dict]) -> list[dict]:
                     found = paired.oriented(pairs, dataset, net, paired.output_label(method, output),
                                             paired.output_label(ebp_method, output)) if ebp else None
                     verdict = (NO_RUN if not ebp else ONE_SEED if min(len(ours), len(ebp)) < 2
-                               else NO_PREDICTIONS if found is None else VERDICT_WORDS[_interval_side(
+                               else None if found is None else VERDICT_WORDS[_interval_side(
                                    found["images_and_seeds"])])
+                    welch = found and found["welch"]
+                    if verdict is None:
+                        d, h, _ = welch_difference(ours, ebp)
+                        welch, verdict = [d - h, d + h], VERDICT_WORDS[_side(d, h)] + WELCH_ONLY
                     old = _compare(rows, dataset, net, method, output, PAPER_PROTOCOL[ebp_method])[2]
                     found_all.append({
                         "dataset": dataset, "net": net, "method": method, "output": output, "ebp": ebp_method,
                         "seeds": [len(ours), len(ebp)],
                         "difference": statistics.fmean(ours) - statistics.fmean(ebp) if ebp else None,
-                        "welch": found and found["welch"], "images_and_seeds": found and found["images_and_seeds"],
+                        "welch": welch, "images_and_seeds": found and found["images_and_seeds"],
                         "ranks": found and (found["rank_u"], found["rank_of"], found["rank_p_two_sided"],
                                             found["smallest_rank_p"]),
                         "verdict": verdict, "paper_verdict": old and VERDICT_WORDS[_side(*old[:2])]})
@@ -568,7 +577,7 @@ def verdict_sentences(comparisons: list[dict]) -> list[str]:
                 names = [f"{SHORT[c['method']]}{' predictive' * (c['output'] == 'predictive')}" for c in run]
                 seeds = "/".join(map(str, sorted({c["seeds"][1] for c in run})))
                 now = [c["verdict"] for c in run]
-                said = (now[0] if set(now) in ({ONE_SEED}, {NO_PREDICTIONS}) else _verdict_list(now)
+                said = (now[0] if set(now) == {ONE_SEED} else _verdict_list(now)
                         if len(set(now)) == 1 else ", ".join(
                             f"{_and([n for n, w in zip(names, now) if w == v])} {v}" for v in dict.fromkeys(now)))
                 before = _verdict_list([c["paper_verdict"] or "n.c." for c in run])

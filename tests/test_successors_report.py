@@ -155,7 +155,7 @@ def test_tuned_comparisons_judge_by_the_interval_over_images_and_seeds_and_say_w
     assert bop["verdict"] == "one seed: no verdict" and bop["welch"] is None and bop["seeds"] == [1, 3]
     assert bayes["verdict"] == "cannot be separated"
     assert found["ste", "ebp-tuned-dropout"]["verdict"] == "not yet run"
-    assert ("bayesbinn", "ebp-tuned") in found and len(found) == 6  # the predictive: no successor rows, no comparison
+    assert ("bayesbinn", "ebp-tuned") in found and len(found) == 6  # the predictive: no rows yet, no comparison
     # the seed means of the rows and the per-image predictions give one difference; the interval holds it
     for c in (ste, bayes):
         pair = paired.oriented(pairs, "mnist", "800", c["method"], "ebp-tuned-D")
@@ -163,6 +163,15 @@ def test_tuned_comparisons_judge_by_the_interval_over_images_and_seeds_and_say_w
         assert c["images_and_seeds"][0] < c["difference"] < c["images_and_seeds"][1]
         assert c["welch"][0] < c["difference"] < c["welch"][1]
     assert ste["ranks"][:2] == (0.0, 9) and ste["ranks"][3] == pytest.approx(0.1)  # every STE seed above
+    # BayesBiNN's predictive keeps no per-image predictions: Welch's interval of the seeds' errors, said so
+    for r in rows:
+        if r["method"] in ("bayesbinn", "ebp-tuned"):
+            r["predictive"] = (2.0 if r["method"] == "bayesbinn" else 1.5) + 0.05 * r["seed"]
+    predictive = next(c for c in report.tuned_comparisons(rows, pairs) if c["output"] == "predictive")
+    assert predictive["verdict"] == "higher on this test set only" and predictive["images_and_seeds"] is None
+    assert predictive["welch"] == pytest.approx([0.5 - report.welch_difference([2.0, 2.05, 2.1], [1.5, 1.55, 1.6])[1],
+                                                  0.5 + report.welch_difference([2.0, 2.05, 2.1], [1.5, 1.55, 1.6])[1]])
+    assert "| **+0.50 ± " in report.tuned_difference_table(report.tuned_comparisons(rows, pairs))
 
 
 def test_verdict_sentences_and_the_reversal_are_generated_from_the_intervals():
