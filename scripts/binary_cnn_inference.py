@@ -9,7 +9,8 @@ Without --checkpoint it packs a new network of --architecture (ebp_lib.init_netw
 any network, but only a trained one's error rate means anything. It prints:
  1. mismatches on all 10,000 MNIST test images (per-pixel standardisation on all 60,000 training images): images
     whose packed prediction differs from ebp_lib.output_ebp_d(net, x).argmax(1) (float64), for the engines "auto",
-    "numba" and "numpy" (--numpy-images of them: the readable engine is slow), and output sums that differ at all;
+    "numba" and "numpy" (--numpy-images of them, default all: the readable engine is slower), and output sums that
+    differ at all;
     the first layer's near-ties decided by the exact sum;
  2. the model's bytes, packed (sign planes, mask planes, float64 biases) against float32 (kernels and biases);
  3. images/s at batch 1 (a loop of --batch1-images single images) and at batch 1,000, for engine "auto" and the
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=Path, help="a trained binary CNN (ebp_lib.save_network / a run's)")
     parser.add_argument("--architecture", default="c5x16s2-c5x32s2", help="without --checkpoint: a new network")
-    parser.add_argument("--numpy-images", type=int, default=1000)
+    parser.add_argument("--numpy-images", type=int, default=10000)
     parser.add_argument("--batch1-images", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
