@@ -122,8 +122,10 @@ def _row(g: Group, kind: str, cnn: Group | None) -> dict:
            "finished": g.finished}
     row.update({o: mean_sd(g.errors(o)) for o in OUTPUTS})
     if cnn is not None:
-        d = paired(cnn, g, "test_ebp_d")
-        row["CNN − this, EBP-D (points)"] = "no shared seed" if d is None else f"{d[0]:+.2f} ± {d[1]:.2f} ({d[2]})"
+        for output in OUTPUTS:
+            d = paired(cnn, g, output)
+            row[f"CNN − this, {_name(output)} (points)"] = ("no shared seed" if d is None else
+                                                            f"{d[0]:+.2f} ± {d[1]:.2f} ({d[2]})")
     return row
 
 
@@ -132,9 +134,10 @@ def best(groups: list[Group], output: str) -> Group | None:
     return min(groups, key=lambda g: statistics.fmean(g.errors(output)), default=None)
 
 
-def verdict(results, output: str = "test_ebp_d") -> str:
-    """One sentence: whether EBP trains the CNNs and by how much they differ from the best dense and locally
-    connected nets (paired by seed); honest when no CNN run is finished."""
+def verdict(results) -> str:
+    """One sentence: whether EBP trains the CNNs, and by how much their EBP-P and EBP-D test errors differ from
+    the best dense and the best locally connected net of each output (paired by seed); honest when no CNN run is
+    finished."""
     groups = cnn_groups(results)
     if not groups:
         return "No CNN run recorded yet: whether EBP works on CNNs is not measured."
@@ -142,25 +145,28 @@ def verdict(results, output: str = "test_ebp_d") -> str:
     if not finished:
         g = max(groups, key=lambda g: min(g.epochs_done()))
         return (f"No CNN run finished yet: after {min(g.epochs_done())} of {g.runs[min(g.runs)]['parameters']['epochs']} "
-                f"epochs {g.label} has EBP-D {mean_sd(g.errors('test_ebp_d'))}% and EBP-P "
-                f"{mean_sd(g.errors('test_ebp_p'))}% test error ({len(g.runs)} seeds) — a run in progress, "
+                f"epochs {g.label} has EBP-P {mean_sd(g.errors('test_ebp_p'))}% and EBP-D "
+                f"{mean_sd(g.errors('test_ebp_d'))}% test error ({len(g.runs)} seeds) — a run in progress, "
                 f"not a verdict.")
-    parts = []
-    for g in finished:
-        error = statistics.fmean(g.errors(output))
-        works = "trains" if error < NOT_LEARNING else "does not train"
-        text = (f"EBP {works} {g.label}: {mean_sd(g.errors(output))}% {_name(output)} test error after "
-                f"{g.runs[min(g.runs)]['epochs_done']} epochs ({len(g.runs)} seeds)")
-        comparators = comparator_groups(results, g.key[0], g.key[1])
+    return "; ".join(_finished_clause(g, results) for g in finished) + "."
+
+
+def _finished_clause(g: Group, results) -> str:
+    """A finished CNN group's errors, and its paired differences from the best comparators of each output."""
+    learns = max(statistics.fmean(g.errors(o)) for o in OUTPUTS) < NOT_LEARNING
+    text = (f"EBP {'trains' if learns else 'does not train'} {g.label} to EBP-P {mean_sd(g.errors('test_ebp_p'))}% "
+            f"and EBP-D {mean_sd(g.errors('test_ebp_d'))}% test error after {g.epochs_done()[0]} epochs "
+            f"({len(g.runs)} seeds)")
+    comparators = comparator_groups(results, g.key[0], g.key[1])
+    for output in OUTPUTS:
         for kind, name in (("dense", "the best dense net"), ("local", "the best locally connected net")):
             other = best(comparators[kind], output)
             d = paired(g, other, output) if other else None
             if d is not None:
-                side = "above" if d[0] > 0 else "below"
-                text += (f", {abs(d[0]):.2f} ± {d[1]:.2f} points {side} {name} ({other.key[2]}, "
-                         f"{mean_sd(other.errors(output))}% after {other.epochs_done()[0]} epochs; {d[2]} seeds paired)")
-        parts.append(text)
-    return "; ".join(parts) + "."
+                text += (f"; its {_name(output)} is {abs(d[0]):.2f} ± {d[1]:.2f} points "
+                         f"{'above' if d[0] > 0 else 'below'} {name} ({other.key[2]}, {mean_sd(other.errors(output))}% "
+                         f"after {other.epochs_done()[0]} epochs; {d[2]} seeds paired)")
+    return text
 
 
 def _name(output: str) -> str:

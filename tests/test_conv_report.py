@@ -44,7 +44,7 @@ def test_runs_in_progress_are_not_a_verdict(tmp_path):
     loaded = results.load_results(tmp_path)
     sentence = conv_report.verdict(loaded)
     assert sentence.startswith("No CNN run finished yet: after 2 of 30 epochs binary c5x16s2-c5x32s2 (wide)")
-    assert "EBP-D 4.50 ± 0.71%" in sentence and "not a verdict" in sentence
+    assert "EBP-P 4.50 ± 0.71% and EBP-D 4.50 ± 0.71%" in sentence and "not a verdict" in sentence
     (group,) = conv_report.cnn_groups(loaded)
     assert group.curve("test_ebp_d") == [(1, pytest.approx(0.055), pytest.approx(0.0070710678), 2),
                                          (2, pytest.approx(0.045), pytest.approx(0.0070710678), 2)]
@@ -58,13 +58,16 @@ def test_finished_runs_paired_by_seed(tmp_path):
     cnn_run(tmp_path, 1, [0.05, 0.034])
     loaded = results.load_results(tmp_path)
     sentence = conv_report.verdict(loaded)
-    assert sentence.startswith("EBP trains binary c5x16s2-c5x32s2 (wide), mnist [named-e30]: 3.20 ± 0.28% EBP-D")
-    assert "1.10 ± 0.14 points above the best dense net (800-800, 2.10 ± 0.14% after 120 epochs; 2 seeds" in sentence
-    assert "0.60 ± 0.14 points above the best locally connected net (block13" in sentence
+    assert sentence.startswith("EBP trains binary c5x16s2-c5x32s2 (wide), mnist [named-e30] to EBP-P 3.20 ± 0.28% "
+                               "and EBP-D 3.20 ± 0.28% test error after 2 epochs (2 seeds)")
+    assert ("its EBP-D is 1.10 ± 0.14 points above the best dense net (800-800, 2.10 ± 0.14% after 120 epochs; "
+            "2 seeds paired)") in sentence
+    assert "its EBP-P is 0.60 ± 0.14 points above the best locally connected net (block13" in sentence
     rows = conv_report.table_rows(loaded)
     assert [r["kind"] for r in rows] == ["CNN", "dense (Table 2)", "dense (Table 2)", "local (Table 4)"]
     assert [r["network"].split()[1] for r in rows[1:]] == ["200", "800-800", "block13"]  # no dropout, no real weights
     assert rows[1]["CNN − this, EBP-D (points)"] == "+0.00 ± 0.00 (1)"  # 200 shares seed 0 only: 3.0 − 3.0
+    assert rows[2]["CNN − this, EBP-P (points)"] == "+1.10 ± 0.14 (2)"
     assert rows[0]["test_ebp_p"] == "3.20 ± 0.28" and rows[0]["epochs"] == "2/2" and rows[0]["finished"]
 
 
