@@ -172,8 +172,10 @@ def output_sums(packed: PackedCNN, x, engine: str = "numpy", counts: dict | None
                          f"standardised images (as ebp_data.load_dataset gives them)")
     x = np.ascontiguousarray(x, dtype=np.float64)
     tally = {"near_ties": 0}
-    out = np.concatenate([_forward(packed, x[s:s + CHUNK], engine, tally) for s in range(0, len(x), CHUNK)]) \
-        if len(x) else np.empty((0, packed.layers[-1].n_units))
+    if len(x) <= CHUNK:  # one pass: no copy into a concatenation (what batch 1 pays most for is such overhead)
+        out = _forward(packed, x, engine, tally)
+    else:
+        out = np.concatenate([_forward(packed, x[s:s + CHUNK], engine, tally) for s in range(0, len(x), CHUNK)])
     if counts is not None:
         counts["near_ties"] = counts.get("near_ties", 0) + tally["near_ties"]
     return out

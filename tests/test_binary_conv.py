@@ -50,6 +50,15 @@ def test_packed_cnn_equals_the_float_sign_network(engine, architecture, zeros):
     assert counts["near_ties"] > 0  # the tie rule was exercised
 
 
+@pytest.mark.parametrize("engine", ebp_binary_conv.ENGINES)
+def test_one_convolution_then_the_output_and_no_images(engine):
+    """The smallest CNN (a convolution, then the output layer) and an empty batch."""
+    net = random_cnn([("conv", 3, 4, 2), 4])
+    packed, x = ebp_binary_conv.export_cnn(net), images(7)
+    assert np.array_equal(ebp_binary_conv.output_sums(packed, x, engine), ebp_lib.output_ebp_d(net, x))
+    assert ebp_binary_conv.output_sums(packed, x[:0], engine).shape == (0, 4)
+
+
 def test_one_flipped_bit_is_seen():
     """The comparison above can fail: one kernel bit of the hidden convolution flipped changes some output sum."""
     net = random_cnn(CONV_CONV)
