@@ -22,9 +22,10 @@ Engines (output_sums(engine=...)), the same numbers, different speed:
   "numpy"  readable: ebp_binary.first_layer_sums / first_layer_signs / popcount_sums on the patch rows;
   "numba"  ebp_binary's compiled kernels on the same rows (byte tables, threshold and float64 recheck,
            popcount_sums_kernel); im2col and the reordering stay numpy;
-  "auto"   "numba" with the first layer's sums a float32 product with the ±1 kernels (ebp_binary's "blas"
-           method: the units within the float32 rounding bound of 0 recomputed in float64, then exactly), which
-           is faster than byte tables at a small fan-in (FIRST_LAYER_METHOD).
+  "auto"   the first layer's sums a float32 product with the ±1 kernels (ebp_binary's "blas" method: the units
+           within the float32 rounding bound of 0 recomputed in float64, then exactly), which is faster than byte
+           tables at a small fan-in (FIRST_LAYER_METHOD); the hidden convolutions direct, each patch packed on
+           the fly (ebp_binary_conv_kernels.direct_conv_sums), without im2col's temporaries.
 tests/test_binary_conv.py checks both engines against ebp_lib.output_ebp_d and each other;
 scripts/binary_cnn_inference.py measures mismatches on the test images, the size and the speed.
 """
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ebp_binary
+import ebp_binary_conv_kernels as conv_kernels
 import ebp_binary_kernels as kernels
 import ebp_conv
 from ebp_lib import ebp_d_parameters, hard_sign
@@ -130,7 +132,10 @@ def first_signs(layer, g, x: np.ndarray, scale: float, engine: str, tally: dict)
 
 def hidden_sums(layer, g, v: np.ndarray, engine: str) -> np.ndarray:
     """Σ W v (int64, (B, units)) of a layer on ±1 units v given as booleans (True = +1): XNOR-popcount of the
-    packed patches (a convolution) or of the packed units (a dense layer)."""
+    packed patches (a convolution) or of the packed units (a dense layer); engine "auto" packs each patch on the
+    fly (ebp_binary_conv_kernels.direct_conv_sums)."""
+    if engine == "auto" and g is not None:
+        return direct_sums(layer, g, v)
     rows = ebp_binary.pack_bits(v if g is None else ebp_conv.patches(v, g)).reshape(-1, ebp_binary.n_words(
         layer.n_inputs))
     if engine == "numpy":
@@ -140,6 +145,16 @@ def hidden_sums(layer, g, v: np.ndarray, engine: str) -> np.ndarray:
         kernels.popcount_sums_kernel(ebp_binary.work_array(layer, "signs_t"), ebp_binary.work_array(layer, "connected_t"),
                                      layer.connected is not None, layer.fan_in, rows, sums)
     return sums if g is None else to_maps(sums, g)
+
+
+def direct_sums(layer, g, v: np.ndarray) -> np.ndarray:
+    """hidden_sums of a convolution by the direct kernel: (B, channels·P) int64, channel-major."""
+    maps = np.ascontiguousarray(v.reshape(len(v), g.in_channels, g.in_side, g.in_side), dtype=np.uint8)
+    out = np.empty((len(v), g.channels, g.out_side, g.out_side), dtype=np.int64)
+    connected = layer.signs if layer.connected is None else layer.connected  # unread without a mask plane
+    conv_kernels.direct_conv_sums(maps, layer.signs, connected, layer.connected is not None, layer.fan_in, g.kernel,
+                                  g.stride, out)
+    return out.reshape(len(v), g.units)
 
 
 def _forward(packed: PackedCNN, x: np.ndarray, engine: str, tally: dict) -> np.ndarray:

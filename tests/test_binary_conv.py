@@ -59,15 +59,30 @@ def test_one_convolution_then_the_output_and_no_images(engine):
     assert ebp_binary_conv.output_sums(packed, x[:0], engine).shape == (0, 4)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_direct_kernel_equals_its_numpy_reference(masked):
+    """ebp_binary_conv_kernels.direct_conv_sums against hidden_sums with the readable engine, random ±1 maps."""
+    net = random_cnn(CONV_CONV, seed=3, zeros=masked)
+    packed = ebp_binary_conv.export_cnn(net)
+    layer, g = packed.layers[1], packed.convs[1]
+    assert (layer.connected is not None) == masked
+    v = np.random.default_rng(4).random((5, g.inputs)) < 0.5
+    expected = ebp_binary_conv.hidden_sums(layer, g, v, "numpy")
+    assert np.array_equal(ebp_binary_conv.direct_sums(layer, g, v), expected)
+    assert np.array_equal(ebp_binary_conv.hidden_sums(layer, g, v, "auto"), expected)
+
+
 def test_one_flipped_bit_is_seen():
     """The comparison above can fail: one kernel bit of the hidden convolution flipped changes some output sum."""
     net = random_cnn(CONV_CONV)
     packed = ebp_binary_conv.export_cnn(net)
     x = images(200)
-    assert np.array_equal(ebp_binary_conv.output_sums(packed, x, "numba"), ebp_lib.output_ebp_d(net, x))
+    for engine in ("numba", "auto"):
+        assert np.array_equal(ebp_binary_conv.output_sums(packed, x, engine), ebp_lib.output_ebp_d(net, x))
     packed.layers[1].signs[2, 1] ^= np.uint64(1 << 3)  # map 2, weight 67 (word 1, bit 3)
     packed.layers[1]._work.clear()
-    assert not np.array_equal(ebp_binary_conv.output_sums(packed, x, "numba"), ebp_lib.output_ebp_d(net, x))
+    for engine in ("numba", "auto"):
+        assert not np.array_equal(ebp_binary_conv.output_sums(packed, x, engine), ebp_lib.output_ebp_d(net, x))
 
 
 def test_patch_rows_and_maps_layout():
