@@ -24,8 +24,8 @@ Engines (output_sums(engine=...)), the same numbers, different speed:
            popcount_sums_kernel); im2col and the reordering stay numpy;
   "auto"   the first layer's sums a float32 product with the ±1 kernels (ebp_binary's "blas" method: the units
            within the float32 rounding bound of 0 recomputed in float64, then exactly), which is faster than byte
-           tables at a small fan-in (FIRST_LAYER_METHOD); the hidden convolutions direct, each patch packed on
-           the fly (ebp_binary_conv_kernels.direct_conv_sums), without im2col's temporaries.
+           tables at a small fan-in (FIRST_LAYER_METHOD); below DIRECT_BELOW_BATCH images, the hidden
+           convolutions direct, each patch packed on the fly (ebp_binary_conv_kernels.direct_conv_sums).
 tests/test_binary_conv.py checks both engines against ebp_lib.output_ebp_d and each other;
 scripts/binary_cnn_inference.py measures mismatches on the test images, the size and the speed.
 """
@@ -46,6 +46,12 @@ ENGINES = ("numpy", "numba", "auto")
 # its byte tables, "auto" a float32 product with the ±1 kernels. Byte tables pay 256 entries per 8 inputs per patch
 # row, which a 5x5 kernel of a few maps does not repay (fan-in 25, 16 maps: 1,024 additions to save 400).
 FIRST_LAYER_METHOD = {"numba": "packed", "auto": "blas"}
+# Engine "auto" convolves ±1 maps directly (ebp_binary_conv_kernels) below this batch size, by im2col and the blocked
+# popcount kernel from it on: packing each patch bit by bit costs more per image than numpy's vectorised im2col,
+# which costs more per call. Measured on the [16, 32]-map net's second layer: direct 14 against 44 µs at batch 1,
+# 87 against 79 µs at batch 6, 36 against 10 ms at batch 1,000 (rough: CPU time at a load average of about 8 on
+# the 2-core AMD EPYC).
+DIRECT_BELOW_BATCH = 5
 CHUNK = 500  # images per pass: bounds the patch rows (500·144·25 float64 = 14 MB for a 5x5 first layer)
 
 
@@ -133,8 +139,8 @@ def first_signs(layer, g, x: np.ndarray, scale: float, engine: str, tally: dict)
 def hidden_sums(layer, g, v: np.ndarray, engine: str) -> np.ndarray:
     """Σ W v (int64, (B, units)) of a layer on ±1 units v given as booleans (True = +1): XNOR-popcount of the
     packed patches (a convolution) or of the packed units (a dense layer); engine "auto" packs each patch on the
-    fly (ebp_binary_conv_kernels.direct_conv_sums)."""
-    if engine == "auto" and g is not None:
+    fly (ebp_binary_conv_kernels.direct_conv_sums) below DIRECT_BELOW_BATCH images."""
+    if engine == "auto" and g is not None and len(v) < DIRECT_BELOW_BATCH:
         return direct_sums(layer, g, v)
     rows = ebp_binary.pack_bits(v if g is None else ebp_conv.patches(v, g)).reshape(-1, ebp_binary.n_words(
         layer.n_inputs))
