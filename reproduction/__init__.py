@@ -19,5 +19,6 @@ backprop_mlp      its network: a tanh multilayer perceptron
 comparison        EBP against the backprop baseline, from the records
 successors        EBP's successors (package successors) and EBP itself run by the tuned harness
 successors_report the comparison of EBP with its successors, from the records
+conv_report       the convolutional EBP runs beside the dense and locally connected nets, from the records
 paired            differences between two methods over seeds and test images (beside Welch's, on this test set)
 """
