@@ -100,11 +100,8 @@ def make_config(dataset: str, config: str, **overrides) -> tuned.TunedConfig:
     """The configuration of one run (PROTOCOL unless overridden), every value checked and every problem listed
     (ValueError), so that a bad command line fails here, before a folder or file exists."""
     tuned.check_dataset(dataset)
-    if config not in CONFIGS:
-        raise ValueError(f"unknown configuration {config!r}; choose one of {list(CONFIGS)}")
-    unknown = set(overrides) - OVERRIDABLE
-    if unknown:
-        raise ValueError(f"cannot override {sorted(unknown)}; overridable: {sorted(OVERRIDABLE)}")
+    tuned.check_choice("configuration", config, CONFIGS)
+    tuned.check_overrides(overrides, OVERRIDABLE)
     p = {**PROTOCOL, "n_train": None, **{k: v for k, v in overrides.items() if v is not None}}
     problems = []
     momentum = float(p["momentum"])
@@ -252,8 +249,6 @@ def backprop_expected(data: dict) -> records.Expected | list[str]:
                                                           **{k: p.get(k) for k in OVERRIDABLE}),
                           protocol_label, describe_protocol)
 
-
-records.EXPECTED["backprop"] = backprop_expected
 
 
 def make_record(params: dict, grid: list[dict], history: list[dict], state: dict | None, finished: bool,

@@ -40,7 +40,6 @@ from reproduction.parameters import (
 )
 from reproduction.records import (
     ALLOW_DIRTY_VAR,
-    EXPECTED,
     HISTORY_ERRORS,
     MAX_JSON_BYTES,
     RECORD_FORMAT,
@@ -200,8 +199,6 @@ def ebp_expected(data: dict) -> Expected | list[str]:
     final = None if last is None else {k: last.get(k) for k in HISTORY_ERRORS["ebp"]}
     return Expected(valid, derived, final, "last epoch", valid["epochs"], may_stop_early=False)
 
-
-EXPECTED["ebp"] = ebp_expected
 
 
 def checkpoint_meta(checkpoint) -> dict:

@@ -82,23 +82,20 @@ MAX_HIDDEN, MAX_LAYERS, MAX_SEED = 100_000, 16, 2 ** 31 - 3
 CHECKPOINT_FORMAT = 1  # of a successor checkpoint's metadata; one without "format" is of format 1
 
 
+@functools.cache
 def methods() -> dict:
-    """{name: module} of the successors (imported on first use: JAX starts slowly)."""
-    from successors import METHODS
-    return METHODS
+    """{name: module} of the methods of successors.registry (imported on first use: JAX starts slowly)."""
+    from successors import registry
+    return {name: registry.method(name) for name in registry.METHODS}
 
 
 def make_parameters(method: str, dataset: str, architecture: str, profile: str = "tuned", **overrides) -> dict:
     """The parameters of one run (PROTOCOL, the profile, then overrides), every value checked and every problem
     listed (tuned.TunedConfig), so that a bad command line fails before a folder or file exists."""
-    if method not in methods():
-        raise ValueError(f"unknown method {method!r}; choose one of {list(methods())}")
+    tuned.check_choice("method", method, methods())
     tuned.check_dataset(dataset)
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; choose one of {list(PROFILES)}")
-    unknown = set(overrides) - OVERRIDABLE
-    if unknown:
-        raise ValueError(f"cannot override {sorted(unknown)}; overridable: {sorted(OVERRIDABLE)}")
+    tuned.check_choice("profile", profile, PROFILES)
+    tuned.check_overrides(overrides, OVERRIDABLE)
     module = methods()[method]
     # a method may bring its own defaults (EBP: batch 10, its preprocessings); the profile and overrides win
     p = {**PROTOCOL, **getattr(module, "PROTOCOL", {}), **PROFILES[profile],
@@ -348,8 +345,8 @@ def load_checkpoint(path: Path, trainer: Trainer):
 def successor_outputs(trainer: Trainer, best, x: np.ndarray, y: np.ndarray, net_path: Path) -> tuple[dict, dict, dict]:
     """(packed, probabilistic, predictions) of a successor's best state on the test images: the deployed net
     through packed inference (written to `net_path`; 0 mismatches expected), the NLL / ECE of its softmax and of
-    BayesBiNN's predictive and mean net, and the per-image predicted classes of the deployed net (and BayesBiNN's
-    predictive and mean net)."""
+    the method's other outputs (its predictive_outputs: BayesBiNN's predictive and mean net), and the per-image
+    predicted classes of each."""
     import ebp_binary_format
     from successors import evaluate, mlp
     params, module = trainer.params, trainer.module
@@ -358,10 +355,9 @@ def successor_outputs(trainer: Trainer, best, x: np.ndarray, y: np.ndarray, net_
     packed = evaluate.packed_check(weights, best["real"], best["stats"], x, y, predictions)
     ebp_binary_format.save_packed(net_path, evaluate.fold(weights, best["real"], best["stats"]))
     outputs = {"deployed": mlp.softmax(mlp.predict_logits(weights, best["real"], best["stats"], x))}
-    if params["method"] == "bayesbinn":
-        key = trainer.jax.random.PRNGKey(params["seed"] + 2)
-        outputs["predictive"] = module.mc_probabilities(best, x, key, params["mc_samples"])
-        outputs["mean"] = mlp.softmax(mlp.predict_logits(module.mean_weights(best), best["real"], best["stats"], x))
+    if hasattr(module, "predictive_outputs"):  # BayesBiNN's predictive and mean net (successors.registry)
+        outputs.update(module.predictive_outputs(best, x, trainer.jax.random.PRNGKey(params["seed"] + 2),
+                                                 params["mc_samples"]))
     probabilistic = {}
     for name, p in outputs.items():
         bins = evaluate.reliability(p, y)
@@ -483,8 +479,6 @@ def successor_expected(data: dict) -> records.Expected | list[str]:
         found = found._replace(problems=tuple(evaluation_problems(data)))
     return found
 
-
-records.EXPECTED["successor"] = successor_expected
 
 
 def make_record(params, grid, history, schedule, finished, sessions, evaluation=None) -> dict:

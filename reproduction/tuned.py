@@ -66,9 +66,21 @@ def positive_int(name: str, value) -> int:
     return int(value)
 
 
+def check_choice(what: str, value, choices) -> None:
+    """ValueError naming the choices if `value` (a run's `what`: dataset, method, ...) is not one of them."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; choose one of {list(choices)}")
+
+
 def check_dataset(dataset: str) -> None:
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {list(DATASETS)}")
+    check_choice("dataset", dataset, DATASETS)
+
+
+def check_overrides(overrides, overridable) -> None:
+    """ValueError naming the overridable values if `overrides` names another."""
+    unknown = set(overrides) - set(overridable)
+    if unknown:
+        raise ValueError(f"cannot override {sorted(unknown)}; overridable: {sorted(overridable)}")
 
 
 def protocol_problems(dataset: str, p: dict, preprocessings, max_seed=None, seed_note="") -> tuple[dict, list[str]]:

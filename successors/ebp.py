@@ -178,4 +178,9 @@ class Method:
         return load_split(params, preprocessing, data_dir)
 
 
-VARIANTS = tuple(Method(name) for name in FIXED_KEEP)
+VARIANTS = {name: Method(name) for name in FIXED_KEEP}
+
+
+def variant(name: str) -> Method:
+    """The EBP variant `name` of successors.registry."""
+    return VARIANTS[name]
