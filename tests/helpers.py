@@ -1,11 +1,17 @@
-"""Fakes shared by the tests of the reproduction package: result.json files as the experiment notebook writes
-them, table rows by cell, and the scripts of scripts/ imported from their files. Not a test module."""
+"""Helpers shared by the tests, in one module (not a test module): fakes for the tests of the reproduction package
+(result.json files as the experiment notebook writes them, table rows by cell, the scripts of scripts/ imported from
+their files); small networks and data for the engines' tests and the checks they share (forward moments against
+ebp_lib's); the resume check of the tuned baselines' runs."""
 from __future__ import annotations
 
 import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
+
+import ebp_data
+import ebp_lib
 from reproduction import folder, parameters, records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,3 +73,68 @@ def write_result(runs_dir, key, result, notebook=True):
     path.write_text(json.dumps({k: v for k, v in result.items() if k != "profile"}))
     if notebook and result.get("method") == "ebp" and result.get("finished"):
         path.with_name(folder.EXECUTED_FILE).write_text(json.dumps(fake_notebook(result)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The engines' tests: small data and networks, and the reference they are held to
+# ----------------------------------------------------------------------------------------------------------
+
+SIDE = 12  # 144 inputs: small enough that 300 reference updates take milliseconds
+RTOL = 1e-4  # of the largest |h| (and |b|) after 300 updates: float32 rounding, not a wrong equation (test_fast)
+
+
+def data(n, seed=0, classes=10):
+    """Inputs with a class-dependent mean (so the network learns and Δ is not just noise), ±1 targets."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, classes, n)
+    x = rng.standard_normal((n, SIDE * SIDE)) + 0.5 * np.cos(labels[:, None] + np.arange(SIDE * SIDE))
+    return x, ebp_data.one_vs_all(labels, classes)
+
+
+def net_for(weights, architecture, dropout, init_scale, dtype=np.float64):
+    return ebp_lib.init_network(architecture, weights, seed=2, input_side=SIDE, init_scale=init_scale,
+                                dropout=dropout, dtype=dtype)
+
+
+def assert_close_networks(fast, reference):
+    for k, (a, b) in enumerate(zip(fast.layers, reference.layers)):
+        scale_h, scale_b = np.abs(b.h).max(), max(np.abs(b.b).max(), 1.0)
+        assert np.abs(a.h - b.h).max() <= RTOL * scale_h, f"layer {k + 1}: h differs"
+        assert np.abs(a.b - b.b).max() <= RTOL * scale_b, f"layer {k + 1}: b differs"
+
+
+def check_forward(net, x):
+    """μ and σ² of every layer at test time (sampled dropout: inputs scaled by p), ebp_jax's against ebp_lib.forward's
+    (to 1e-12)."""
+    import ebp_jax  # JAX starts slowly: only the tests that use it pay for it
+
+    s, params = ebp_jax.structure(net), ebp_jax.parameters(net)
+    moments = [ebp_jax.weight_moments(h, mask, s) for (h, _), mask in zip(params, s.masks)]
+    scales = [net.keep if net.dropout == "sampled" else None] * len(net.layers)
+    got = list(ebp_jax.forward([m for m, _ in moments], [b for _, b in params], [w2 for _, w2 in moments], x,
+                               scales, s))
+    reference = ebp_lib.forward(net, x)
+    assert len(got) == len(reference.mu)
+    for (mu, sigma2), mu_ref, sigma2_ref in zip(got, reference.mu, reference.sigma2):
+        np.testing.assert_allclose(np.asarray(mu), mu_ref, rtol=0, atol=1e-12 * max(1.0, np.abs(mu_ref).max()))
+        np.testing.assert_allclose(np.asarray(sigma2), sigma2_ref, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The tuned baselines' runs
+# ----------------------------------------------------------------------------------------------------------
+
+TIMINGS = ("train_seconds", "cpu_seconds")
+
+
+def assert_resumes_to_the_same_record(sc, params, whole: dict, folder, data_dir):
+    """A run of reproduction.successors (`sc`) stopped after one epoch in `folder`, then resumed: it kept its
+    checkpoint meanwhile, and its history (times aside) and evaluation's outputs are those of `whole`, the
+    uninterrupted run's record."""
+    quiet = {"echo": lambda *_: None, "allow_dirty": True}
+    partial = sc.run(params, folder, data_dir, stop_after_epochs=1, **quiet)
+    assert not partial["finished"] and (folder / sc.CHECKPOINT_FILE).exists()
+    resumed = sc.run(params, folder, data_dir, **quiet)
+    untimed = [[{k: v for k, v in h.items() if k not in TIMINGS} for h in r["history"]] for r in (resumed, whole)]
+    assert untimed[0] == untimed[1]
+    assert resumed["evaluation"]["outputs"] == whole["evaluation"]["outputs"]
