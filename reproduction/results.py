@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ebp_checkpoint
-import reproduction.backprop  # noqa: F401  (adds the check of backprop records, records.EXPECTED; folder adds EBP's)
 from ebp_lib import DEFAULT_MASK_READING, DEFAULT_UPDATE, update_applies
 from reproduction import band
 from reproduction.folder import (

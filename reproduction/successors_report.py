@@ -20,16 +20,17 @@ from ebp_lib import DEFAULT_UPDATE
 from reproduction import band, records
 from reproduction import successors as sc
 from reproduction.results import DATASET_NAMES
+from successors import registry
 
 EBP_PROFILES = {"mnist": "paper", "fashion-mnist": "paper-fashion-mnist"}
 NETS = ("800", "800-800")
-METHOD_LABELS = {"ste": "STE / BinaryConnect", "bop": "Bop", "bayesbinn": "BayesBiNN", "ebp": "EBP (B-EBP-D / -P)",
+METHOD_LABELS = {**{m: registry.METHODS[m].label for m in registry.SUCCESSORS}, "ebp": "EBP (B-EBP-D / -P)",
                  "ebp-dropout": "EBP, dropout 0.8 (B-EBP-D / -P)"}
 EBP_METHODS = ("ebp", "ebp-dropout")  # the paper's Table 2 protocol, and Table 3's (sampled masks): EBP's best on two layers
-SUCCESSORS = ("ste", "bop", "bayesbinn")
+SUCCESSORS = registry.SUCCESSORS
 PROTOCOL_SEEDS = 3  # seeds 0, 1, 2 of every method, net and data set
 METHODS = EBP_METHODS + SUCCESSORS
-COLOURS = {"ste": "tab:blue", "bop": "tab:orange", "bayesbinn": "tab:green", "ebp": "black", "ebp-dropout": "grey"}
+COLOURS = {**{m: registry.METHODS[m].colour for m in registry.SUCCESSORS}, "ebp": "black", "ebp-dropout": "grey"}
 
 
 def load_successors(root, profile: str, rescore: bool = True) -> list[dict]:

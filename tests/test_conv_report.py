@@ -3,9 +3,9 @@ paired by seed, and the generated sentence (honest while no CNN run is finished)
 from __future__ import annotations
 
 import pytest
+from helpers import fake_result, write_result
 
 from reproduction import conv_report, results
-from tests.fake_runs import fake_result, write_result
 
 CNN = {"architecture": "c5x16s2-c5x32s2", "weights": "binary"}
 

@@ -6,11 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import load_script
 
 import ebp_conv
 import ebp_lib
 from successors import mlp, ste
-from tests.fake_runs import load_script
 
 ARCHITECTURE = [("conv", 3, 2, 2), ("conv", 2, 3, 1), 4, 4]  # 7x7 → 2 maps 3x3 → 3 maps 2x2 → 4 → 4 outputs
 

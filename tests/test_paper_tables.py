@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from fake_runs import ROOT, TINY, fake_notebook, fake_result, load_script
+from helpers import ROOT, TINY, fake_notebook, fake_result, load_script
 
 import ebp_lib
 from reproduction import folder, parameters, runner
