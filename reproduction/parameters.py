@@ -46,8 +46,8 @@ PROFILES = {
 # out for validation; unit: pixels/255; image: each image standardised by its own mean and std; batch1: one image
 # per update; f64: float64 arithmetic, the reference engine (ebp_lib's numpy) instead of the fast float32 one, a run
 # option (RUN_OPTIONS) that the profile sets for each of its jobs and result.json records (binary-200 only: about
-# 90-120 s an epoch on a loaded 2-core AMD EPYC, 3-4 hours a run, past the runner's timeout, which is sized for
-# the fast engine: give run_tables.py --run-timeout). Their runs land in outputs/runs/<profile>/.
+# 90-120 s an epoch on a loaded 2-core AMD EPYC, 3-4 hours a run; runner.ENGINE_SLOWDOWN sizes its timeout).
+# Their runs land in outputs/runs/<profile>/.
 MECHANISMS = {"paper-50k": {"n_train": 50000}, "paper-unit": {"preprocessing": "unit"},
               "paper-image": {"preprocessing": "image"}, "paper-batch1": {"batch_size": 1},
               "paper-f64": {"engine": "reference"}}

@@ -461,13 +461,18 @@ def _raise_interrupt(signum, frame):
 SECONDS_PER_COST = 1e-9
 TIMEOUT_FACTOR = 5
 TIMEOUT_BASE = 900.0
+# The reference engine (ebp_lib's numpy, float64) is this many times slower an epoch than the fast one: binary-200
+# took 87-120 s an epoch against about 2.3 s, both on a loaded 2-core AMD EPYC. Other engines count as the fast one.
+ENGINE_SLOWDOWN = {"reference": 50.0}
 
 
 def run_timeout(job: dict) -> float:
     """Seconds the runner waits for `job` once sent to a worker before failing it (run_batch's run_timeout
-    overrides it): a bound from its cost estimate, job_cost, for the epochs it has left."""
+    overrides it): a bound from its cost estimate, job_cost, for the epochs it has left, times its engine's
+    ENGINE_SLOWDOWN."""
     epochs_left = max(0, job["config"].epochs - _progress(job)[0])
-    return TIMEOUT_BASE + TIMEOUT_FACTOR * epochs_left * job_cost(job) * SECONDS_PER_COST
+    slowdown = ENGINE_SLOWDOWN.get(job.get("engine"), 1.0)
+    return TIMEOUT_BASE + TIMEOUT_FACTOR * epochs_left * job_cost(job) * SECONDS_PER_COST * slowdown
 
 
 def _workers_alive(client, workers: list[str]) -> bool:
