@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 import ebp_checkpoint
+import ebp_data
 from reproduction import records, tuned
 from reproduction.run_files import RunBusyError, UnsafeLockError, open_output_dir, read_result
 
@@ -57,7 +58,8 @@ PREDICTIONS_FILE = "predictions.npz"  # per-image test predictions, uint8 (succe
 DATASETS = tuned.DATASETS
 ARCHITECTURES = ("800", "800-800")  # the paper's nets [784, 800, 10] and [784, 800, 800, 10]; others accepted
 FULL_TRAIN, TRAIN_ERROR_IMAGES = tuned.FULL_TRAIN, tuned.TRAIN_ERROR_IMAGES
-TARGET_ERROR = {"mnist": 0.03, "fashion-mnist": 0.15}  # "epochs to reach": first epoch at or below this test error
+# "epochs to reach": the first epoch at or below the data set's target test error (ebp_data.DATASETS)
+TARGET_ERROR = {name: facts["target_error"] for name, facts in ebp_data.DATASETS.items()}
 
 PROTOCOL = {"batch_size": 100, "preprocessing_grid": ["pixel", "unit"], "grid_epochs": 3, "max_epochs": 120,
             "patience": 5, "stop_patience": 15, "n_validation": 10000, "n_train": None, "mc_samples": 20,

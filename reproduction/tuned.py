@@ -31,9 +31,9 @@ import ebp_data
 from reproduction import records
 from reproduction.run_files import CHECKPOINT_FILE, RESULT_FILE, differences, move_aside
 
-FULL_TRAIN = 60000           # MNIST and Fashion-MNIST both have 60,000 training images
+FULL_TRAIN = ebp_data.train_size()  # MNIST and Fashion-MNIST both have 60,000 training images
 TRAIN_ERROR_IMAGES = 10000   # training error on the first 10,000 fit images, as EBP's runs record it
-DATASETS = ("mnist", "fashion-mnist")
+DATASETS = tuple(ebp_data.DATASETS)
 PREPROCESSINGS = ("unit", "pixel", "global")  # ebp_data.standardise's, statistics of the fit part only
 # The protocol's values every tuned baseline has, each validated by TunedConfig.
 PROTOCOL_KEYS = ("preprocessing_grid", "batch_size", "grid_epochs", "max_epochs", "patience", "stop_patience",
