@@ -83,12 +83,14 @@ binary-benchmark: $(STAMP)
 	$(THREADS_ENV) NUMBA_NUM_THREADS=1 $(PYTHON) scripts/binary_inference.py --out $(BINARY_BENCHMARK_OUT) \
 		$(BINARY_BENCHMARK_ARGS)
 
-# Serial by default. `make test PYTEST_ARGS="-n 2 --dist loadfile"` runs two pytest-xdist workers (loadfile keeps
-# each notebook's cells on one worker and kernel; plain -n 2 would split a notebook across workers). On two cores
-# both ways take the same CPU time, so workers gain little wall time there, double the memory and race the
-# timing-sensitive kill-and-resume test against a second worker.
+# Two pytest-xdist workers (TEST_WORKERS; loadfile keeps each file, and so each notebook's cells, on one worker and
+# kernel: plain -n 2 would split a notebook across workers), then the tests marked `alone` (pytest.ini: they kill a
+# runner or a worker and time its end) in one process, so that no second worker races them (exit status 5: PYTEST_ARGS
+# selected none of them).
+TEST_WORKERS ?= 2
 test: lint
-	$(THREADS_ENV) $(PYTHON) -m pytest --durations=15 $(PYTEST_ARGS)
+	$(THREADS_ENV) $(PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=15 $(PYTEST_ARGS)
+	$(THREADS_ENV) $(PYTHON) -m pytest -m alone --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # While working: the unit tests and notebooks that are not marked slow (tests/conftest.py: notebooks from
 # outputs/notebook_times.json, tests from tests/durations.json), a few minutes on two idle cores. CI runs `make test`.

@@ -2,6 +2,7 @@
 
 parameters        the parameters of one experiment (a run of notebooks/experiment.ipynb), profiles, validation
 records           machine and version records, git state, files written whole or not at all, run records
+run_files         the files every run's folder has: their names, its lock, its record read back
 folder            the folder of one run: where it lies, its lock, result.json, the checkpoint, its state
 paper_tables      the paper's Tables 2-4 as data (paper_tables.csv) and the jobs that reproduce them
 runner            running jobs: papermill for one, a Dask cluster for a batch
@@ -19,5 +20,6 @@ backprop_mlp      its network: a tanh multilayer perceptron
 comparison        EBP against the backprop baseline, from the records
 successors        EBP's successors (package successors) and EBP itself run by the tuned harness
 successors_report the comparison of EBP with its successors, from the records
+conv_report       the convolutional EBP runs beside the dense and locally connected nets, from the records
 paired            differences between two methods over seeds and test images (beside Welch's, on this test set)
 """

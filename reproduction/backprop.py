@@ -31,20 +31,18 @@ then the record says so.
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import numpy as np
 
 import ebp_checkpoint
-import ebp_data
 from reproduction import backprop_mlp as mlp
 from reproduction import records, tuned
-from reproduction.folder import CHECKPOINT_FILE
+from reproduction.run_files import CHECKPOINT_FILE  # noqa: F401  (the scripts and tests name it bp.CHECKPOINT_FILE)
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "backprop"
-DATASETS = ("mnist", "fashion-mnist")
+DATASETS = tuned.DATASETS
 FULL_TRAIN, TRAIN_ERROR_IMAGES = tuned.FULL_TRAIN, tuned.TRAIN_ERROR_IMAGES
 RECORD_FORMAT = records.RECORD_FORMAT  # result.json is a run record of reproduction.records (method "backprop")
 
@@ -61,7 +59,7 @@ PROTOCOL = {
     "seed": 0,
 }
 OVERRIDABLE = set(PROTOCOL) | {"n_train"}
-PREPROCESSINGS = ("unit", "pixel", "global")
+PREPROCESSINGS = tuned.PREPROCESSINGS
 
 # The paper's two quoted configurations, then one beside every EBP Table 2 column (no regularisation).
 CONFIGS = {
@@ -80,71 +78,48 @@ PAPER_CONFIGS = ("tanh-800", "tanh-500-l2")
 # Parameters: validated completely before any file is written
 # ----------------------------------------------------------------------------------------------------------
 
-def hidden_layers(architecture: str) -> tuple[int, ...]:
-    """Hidden layer sizes of an architecture name as in the EBP runs ("800", "200-200")."""
+hidden_layers = tuned.hidden_layers
+# The order of a record's parameters (tuned.TunedConfig.parameters).
+LAYOUT = ("dataset", "config", "architecture", "activation", "loss", "init", "l2", "optimizer", "momentum",
+          "batch_size", "preprocessing_grid", "learning_rate_grid", "grid_epochs", "max_epochs", "patience",
+          "stop_patience", "n_validation", "n_train", "seed", "dtype")
+
+
+def _rates(values) -> tuple[list[float], list[str]]:
+    """(the learning rates sorted, the problems with them)."""
     try:
-        sizes = tuple(int(part) for part in str(architecture).split("-"))
-    except ValueError:
-        sizes = ()
-    if not sizes or min(sizes) < 1:
-        raise ValueError(f"architecture {architecture!r} is not hidden sizes joined by '-', e.g. '800' or '200-200'")
-    return sizes
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
-    return int(value)
-
-
-def _rates(values) -> list[float]:
-    rates = [float(r) for r in values]
+        rates = sorted(float(r) for r in values)
+    except (TypeError, ValueError):
+        rates = []
     if not rates or len(set(rates)) != len(rates) or not all(math.isfinite(r) and r > 0 for r in rates):
-        raise ValueError(f"learning_rate_grid {values} must be distinct finite positive rates")
-    return sorted(rates)
+        return rates, [f"learning_rate_grid {values} must be distinct finite positive rates"]
+    return rates, []
+
+
+def make_config(dataset: str, config: str, **overrides) -> tuned.TunedConfig:
+    """The configuration of one run (PROTOCOL unless overridden), every value checked and every problem listed
+    (ValueError), so that a bad command line fails here, before a folder or file exists."""
+    tuned.check_dataset(dataset)
+    tuned.check_choice("configuration", config, CONFIGS)
+    tuned.check_overrides(overrides, OVERRIDABLE)
+    p = {**PROTOCOL, "n_train": None, **{k: v for k, v in overrides.items() if v is not None}}
+    problems = []
+    momentum = float(p["momentum"])
+    if not 0.0 <= momentum < 1.0:
+        problems.append(f"momentum={p['momentum']!r} must lie in [0, 1)")
+    rates, found = _rates(p["learning_rate_grid"])
+    spec = CONFIGS[config]
+    hidden_layers(spec["architecture"])
+    own = {"config": config, "architecture": spec["architecture"], "activation": "tanh",
+           "loss": "softmax cross-entropy", "init": "glorot-uniform weights, zero biases", "l2": spec["l2"],
+           "optimizer": "sgd-nesterov", "momentum": momentum, "learning_rate_grid": rates, "dtype": "float32"}
+    return tuned.TunedConfig(dataset, {k: p[k] for k in tuned.PROTOCOL_KEYS}, own, LAYOUT,
+                             problems=(*problems, *found))
 
 
 def make_parameters(dataset: str, config: str, **overrides) -> dict:
-    """The parameters of one run (PROTOCOL unless overridden), every value checked, so that a bad command line
-    fails here, before a folder or file exists."""
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {list(DATASETS)}")
-    if config not in CONFIGS:
-        raise ValueError(f"unknown configuration {config!r}; choose one of {list(CONFIGS)}")
-    unknown = set(overrides) - OVERRIDABLE
-    if unknown:
-        raise ValueError(f"cannot override {sorted(unknown)}; overridable: {sorted(OVERRIDABLE)}")
-    p = {**PROTOCOL, "n_train": None, **{k: v for k, v in overrides.items() if v is not None}}
-    n_images = FULL_TRAIN if p["n_train"] is None else _positive_int("n_train", p["n_train"])
-    if n_images > FULL_TRAIN:
-        raise ValueError(f"n_train={n_images} exceeds the {FULL_TRAIN:,} training images of {dataset}")
-    n_validation = _positive_int("n_validation", p["n_validation"])
-    if n_validation >= n_images:
-        raise ValueError(f"n_validation={n_validation} must be smaller than the {n_images} training images used")
-    batch_size = _positive_int("batch_size", p["batch_size"])
-    if batch_size > n_images - n_validation:
-        raise ValueError(f"batch_size={batch_size} exceeds the {n_images - n_validation} images trained on")
-    momentum = float(p["momentum"])
-    if not 0.0 <= momentum < 1.0:
-        raise ValueError(f"momentum={p['momentum']!r} must lie in [0, 1)")
-    seed = p["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed={seed!r} must be an integer >= 0")
-    preprocessing = list(dict.fromkeys(p["preprocessing_grid"]))
-    if not preprocessing or not set(preprocessing) <= set(PREPROCESSINGS):
-        raise ValueError(f"preprocessing_grid {p['preprocessing_grid']} must name some of {list(PREPROCESSINGS)}")
-    spec = CONFIGS[config]
-    hidden_layers(spec["architecture"])
-    return {"dataset": dataset, "config": config, "architecture": spec["architecture"], "activation": "tanh",
-            "loss": "softmax cross-entropy", "init": "glorot-uniform weights, zero biases", "l2": spec["l2"],
-            "optimizer": "sgd-nesterov", "momentum": momentum, "batch_size": batch_size,
-            "preprocessing_grid": preprocessing, "learning_rate_grid": _rates(p["learning_rate_grid"]),
-            "grid_epochs": _positive_int("grid_epochs", p["grid_epochs"]),
-            "max_epochs": _positive_int("max_epochs", p["max_epochs"]),
-            "patience": _positive_int("patience", p["patience"]),
-            "stop_patience": _positive_int("stop_patience", p["stop_patience"]),
-            "n_validation": n_validation, "n_train": None if n_images == FULL_TRAIN else n_images,
-            "seed": int(seed), "dtype": "float32"}
+    """The parameters of one run as its record holds them (make_config's)."""
+    return make_config(dataset, config, **overrides).parameters()
 
 
 def protocol_label(params: dict) -> str:
@@ -175,18 +150,7 @@ def run_dir(dataset: str, config: str, seed: int = 0, root=OUTPUT_DIR) -> Path:
 # Data: the validation split, preprocessed with statistics of the fit part only
 # ----------------------------------------------------------------------------------------------------------
 
-def load_split(params: dict, preprocessing: str, data_dir=None) -> dict[str, np.ndarray]:
-    """Fit, validation and test arrays of a run: the last n_validation training images held out, the
-    preprocessing's statistics taken from the fit part only."""
-    raw = ebp_data.load_raw(params["dataset"], data_dir)
-    n_images = params["n_train"] or FULL_TRAIN
-    images, labels = raw["train_images"][:n_images], raw["train_labels"][:n_images].astype(np.int64)
-    n_fit = n_images - params["n_validation"]
-    x_fit, x_rest = ebp_data.standardise(images[:n_fit], np.concatenate([images[n_fit:], raw["test_images"]]),
-                                        preprocessing, 0.0, np.float32)
-    return {"x_fit": x_fit, "y_fit": labels[:n_fit],
-            "x_val": x_rest[:params["n_validation"]], "y_val": labels[n_fit:],
-            "x_test": x_rest[params["n_validation"]:], "y_test": raw["test_labels"].astype(np.int64)}
+load_split = tuned.load_split  # the validation split, preprocessed with statistics of the fit part only
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -200,52 +164,38 @@ def initial_state(params: dict) -> tuple[dict, dict]:
     return weights, {name: np.zeros_like(a) for name, a in weights.items()}
 
 
-def epoch_order(params: dict, n: int, epoch: int) -> np.ndarray:
-    """The shuffled order of epoch `epoch` (0-based): a function of seed and epoch only, so that a resumed run
-    visits the images exactly as an uninterrupted one, and the chosen grid point's epochs are the training's
-    first epochs."""
-    return np.random.default_rng([params["seed"], 1, epoch]).permutation(n)
+epoch_order, schedule_step = tuned.epoch_order, tuned.schedule_step
 
 
-def grid_point(params: dict, data: dict, preprocessing: str, learning_rate: float) -> dict:
-    """Validation error after each of `grid_epochs` epochs at one (preprocessing, rate); a rate that diverges
-    (non-finite weights) scores 1.0 from then on and is marked so."""
-    weights, velocity = initial_state(params)
-    errors, diverged, start = [], False, time.perf_counter()
-    with np.errstate(over="ignore", invalid="ignore"):
-        for epoch in range(params["grid_epochs"]):
-            if not diverged:
-                order = epoch_order(params, len(data["x_fit"]), epoch)
-                mlp.train_epoch(weights, velocity, data["x_fit"], data["y_fit"], order, params["batch_size"],
-                                learning_rate, params["momentum"], params["l2"])
-                diverged = not all(np.isfinite(a).all() for a in weights.values())
-            errors.append(1.0 if diverged else mlp.error_rate(weights, data["x_val"], data["y_val"]))
-    return {"preprocessing": preprocessing, "learning_rate": learning_rate, "validation_error": errors,
-            "diverged": diverged, "train_seconds": round(time.perf_counter() - start, 2)}
-
-
-def grid_keys(params: dict) -> list[tuple[str, float]]:
-    return [(p, r) for p in params["preprocessing_grid"] for r in params["learning_rate_grid"]]
+def grid_keys(params: dict) -> list[dict]:
+    """Every grid point: preprocessing x learning rate."""
+    return tuned.grid_keys(params["preprocessing_grid"], {"learning_rate": params["learning_rate_grid"]})
 
 
 def choose_point(points: list[dict]) -> dict:
     """The grid point with the lowest validation error after the last grid epoch (ties: the smaller rate)."""
-    if not points:
-        raise ValueError("no grid points to choose from")
-    return min(points, key=lambda p: (p["validation_error"][-1], p["learning_rate"]))
+    return tuned.choose_point(points, tie="learning_rate")
 
 
-def schedule_step(state: dict, validation_error: float, params: dict) -> bool:
-    """After an epoch: keep a new best, or count an epoch without one; halve the rate every `patience` such
-    epochs; return True when training stops (`stop_patience` epochs without a new best, or `max_epochs`)."""
-    if state["best_validation_error"] is None or validation_error < state["best_validation_error"]:
-        state["best_validation_error"], state["best_epoch"], state["epochs_without_best"] = (
-            validation_error, state["epoch"], 0)
-    else:
-        state["epochs_without_best"] += 1
-        if state["epochs_without_best"] % params["patience"] == 0:
-            state["learning_rate"] /= 2
-    return state["epochs_without_best"] >= params["stop_patience"] or state["epoch"] >= params["max_epochs"]
+class Trainer:
+    """The tanh MLP of a run at one learning rate (tuned.Trainer): a state is (weights, velocities), trained in
+    place with Nesterov momentum."""
+
+    def __init__(self, params: dict, point: dict, n_fit: int):
+        self.params = params
+
+    def initial(self) -> tuple[dict, dict]:
+        return initial_state(self.params)
+
+    def train_epoch(self, state, x, y, epoch: int, rate: float):
+        weights, velocity = state
+        p = self.params
+        cross_entropy = mlp.train_epoch(weights, velocity, x, y, epoch_order(p, len(x), epoch), p["batch_size"],
+                                        rate, p["momentum"], p["l2"])
+        return state, cross_entropy
+
+    def error(self, state, x, y) -> float:
+        return mlp.error_rate(state[0], x, y)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -300,8 +250,6 @@ def backprop_expected(data: dict) -> records.Expected | list[str]:
                           protocol_label, describe_protocol)
 
 
-records.EXPECTED["backprop"] = backprop_expected
-
 
 def make_record(params: dict, grid: list[dict], history: list[dict], state: dict | None, finished: bool,
                 sessions: list[dict]) -> dict:
@@ -316,62 +264,55 @@ def make_record(params: dict, grid: list[dict], history: list[dict], state: dict
                         history, best, finished, sessions, PACKAGES)
 
 
+class Backprop(tuned.Baseline):
+    """The backprop baseline as the tuned loop runs it (tuned.run): the grid's rate is the training's first, halved
+    by the schedule; its checkpoint holds weights, velocities and the schedule (parameters included)."""
+    tie = "learning_rate"
+
+    def label(self, params):
+        return f"{params['dataset']} {params['config']} seed {params['seed']}"
+
+    def grid_keys(self, params):
+        return grid_keys(params)
+
+    def describe_point(self, point):
+        return f"{point['preprocessing']}, rate {point['learning_rate']:g}"
+
+    def make_record(self, *args, **extra):
+        return make_record(*args, **extra)
+
+    def make_trainer(self, params, point, n_fit):
+        return Trainer(params, point, n_fit)
+
+    def first_step(self, point):
+        return point["learning_rate"]
+
+    def initial_schedule(self, params, point):
+        return {"parameters": params, **super().initial_schedule(params, point)}
+
+    def save_checkpoint(self, path, trainer, state, best, schedule):
+        save_checkpoint(path, *state, schedule)
+
+    def load_checkpoint(self, path, trainer):
+        weights, velocity, schedule = load_checkpoint(path, trainer.params)
+        return (weights, velocity), None, schedule
+
+    def diverged(self, trainer, state, loss):
+        return not all(np.isfinite(a).all() for a in state[0].values())
+
+    def divergence(self, epoch, rate):
+        return f"weights became non-finite in epoch {epoch} at rate {rate:g}; the grid chose a rate too large for the " \
+               f"full run"
+
+
+BACKPROP = Backprop()
+
+
 def run(params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = False,
         stop_after_epochs: int | None = None) -> dict:
-    """Train one run to the end (or `stop_after_epochs` more epochs), resuming what `folder` holds.
-
-    Checks the code state and the folder before writing anything; then the grid (resumes per point) and the
-    training (resumes per epoch from checkpoint.npz; a bad checkpoint is set aside and training restarts).
-    Returns the record written to folder/result.json. The checkpoint is kept until the finished record is
-    written, then removed.
-    """
-    folder = Path(folder)
-    session = tuned.Session(folder, params, allow_dirty, make_record)
-    if session.previous and session.previous.get("finished"):
-        return session.previous
-    grid, write = session.grid, session.write
-    label = f"{params['dataset']} {params['config']} seed {params['seed']}"
-    data_for = tuned.one_split(lambda preprocessing: load_split(params, preprocessing, data_dir))
-    for preprocessing, rate in grid_keys(params):
-        if any((p["preprocessing"], p["learning_rate"]) == (preprocessing, rate) for p in grid):
-            continue
-        point = grid_point(params, data_for(preprocessing), preprocessing, rate)
-        grid.append(point)
-        write([], None)
-        echo(f"{label}: {preprocessing}, rate {rate:g} -> validation error {100 * point['validation_error'][-1]:.2f}%")
-    chosen = choose_point(grid)
-    data = data_for(chosen["preprocessing"])
-    path = folder / CHECKPOINT_FILE
-    weights, velocity = initial_state(params)
-    state = {"parameters": params, "epoch": 0, "learning_rate": chosen["learning_rate"], "best_epoch": None,
-             "best_validation_error": None, "epochs_without_best": 0, "history": [], "finished": False}
-    weights, velocity, state = tuned.resume(path, lambda p: load_checkpoint(p, params), echo) or (
-        weights, velocity, state)
-    session.session["from_epoch"] = state["epoch"]
-    stop_at = None if stop_after_epochs is None else state["epoch"] + stop_after_epochs
-    while not state["finished"] and state["epoch"] != stop_at:
-        start = time.perf_counter()
-        order = epoch_order(params, len(data["x_fit"]), state["epoch"])
-        rate = state["learning_rate"]
-        cross_entropy = mlp.train_epoch(weights, velocity, data["x_fit"], data["y_fit"], order,
-                                        params["batch_size"], rate, params["momentum"], params["l2"])
-        seconds = time.perf_counter() - start
-        if not all(np.isfinite(a).all() for a in weights.values()):
-            raise FloatingPointError(f"{label}: weights became non-finite in epoch {state['epoch'] + 1} at rate "
-                                     f"{rate:g}; the grid chose a rate too large for the full run")
-        state["epoch"] += 1
-        entry = tuned.epoch_entry(state["epoch"], {"learning_rate": rate},
-                                  lambda x, y: mlp.error_rate(weights, x, y), data, cross_entropy, seconds)
-        state["history"].append(entry)
-        state["finished"] = schedule_step(state, entry["validation_error"], params)
-        save_checkpoint(path, weights, velocity, state)
-        write(state["history"], state)
-        echo(f"{label} epoch {state['epoch']}: validation {100 * entry['validation_error']:.2f}%, test "
-             f"{100 * entry['test_error']:.2f}% (rate {rate:g}, {seconds:.1f} s)")
-    record = write(state["history"], state, finished=state["finished"])
-    if state["finished"]:
-        path.unlink(missing_ok=True)
-    return record
+    """Train one run to the end (or `stop_after_epochs` more epochs), resuming what `folder` holds (tuned.run).
+    Returns the record written to folder/result.json."""
+    return tuned.run(BACKPROP, params, folder, data_dir, echo, allow_dirty, stop_after_epochs)
 
 
 def run_state(folder, params: dict) -> str:

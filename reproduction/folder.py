@@ -11,14 +11,11 @@ the experiment notebook calls too). outputs/README.md describes the files.
 from __future__ import annotations
 
 import datetime as _dt
-import errno
 import hashlib
 import json
 import os
 import re
 import socket
-import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +23,7 @@ from pathlib import Path
 import ebp_checkpoint
 import ebp_lib
 import ebp_train
+from reproduction import run_files
 from reproduction.parameters import (
     DATASET_CHOICES,
     DEFAULT_PARAMETERS,
@@ -42,7 +40,6 @@ from reproduction.parameters import (
 )
 from reproduction.records import (
     ALLOW_DIRTY_VAR,
-    EXPECTED,
     HISTORY_ERRORS,
     MAX_JSON_BYTES,
     RECORD_FORMAT,
@@ -59,13 +56,21 @@ from reproduction.records import (
     record_problems,
     write_record,
 )
+from reproduction.run_files import (  # noqa: F401  (EBP's callers read the folder's lock and files from here)
+    CHECKPOINT_FILE,
+    LOCK_FILE,
+    RESULT_FILE,
+    RunBusyError,
+    UnsafeLockError,
+    is_locked,
+    move_aside,
+    open_output_dir,
+    read_result,
+)
 
 RUNS_DIR = REPO / "outputs" / "runs"
 
-RESULT_FILE = "result.json"
-CHECKPOINT_FILE = "checkpoint.npz"
 EXECUTED_FILE = "experiment.ipynb"
-LOCK_FILE = ".lock"
 CURVE_FILE = "learning_curve.png"
 VERIFICATION_FILE = "verification.json"  # a replay of the run's first epochs (reproduction.verify)
 VERIFICATION_FORMAT, VERIFICATION_KIND = 1, "replay"  # what reproduction.verify writes and evidence accepts
@@ -113,76 +118,6 @@ def expected_run_folder(params: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The folder's lock
-# ----------------------------------------------------------------------------------------------------------
-
-class RunBusyError(RuntimeError):
-    """Another process is training into this output folder (it holds the folder's lock)."""
-
-
-class UnsafeLockError(RuntimeError):
-    """A folder's lock file is a symbolic link (or not a regular file): opening it for writing would write through
-    it to whatever it points at."""
-
-
-def _open_lock(lock: Path, flags: int) -> int:
-    """A file descriptor of the lock file `lock`, opened without following a symbolic link; UnsafeLockError if
-    it is one (or not a regular file), naming it and its target."""
-    try:
-        fd = os.open(lock, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise UnsafeLockError(f"refusing to use the lock {lock}: it is a symbolic link (to {os.readlink(lock)}), "
-                                  f"and opening it would write to its target; remove the link") from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise UnsafeLockError(f"refusing to use the lock {lock}: it is not a regular file; remove it")
-    return fd
-
-
-def open_output_dir(output_dir):
-    """Create the output folder (a new temporary one for None) and lock it for this process.
-
-    Returns (absolute path, lock handle); keep the handle open while training. The lock (an flock, released when
-    the process dies) stops two processes from training into the same checkpoint; RunBusyError if another holds
-    it, UnsafeLockError if the lock file is a symbolic link (it is opened with O_NOFOLLOW, never truncated).
-    """
-    import fcntl
-
-    path = Path(tempfile.mkdtemp(prefix="ebp-experiment-")) if output_dir is None else Path(output_dir)
-    path = path.resolve()  # every message names the folder absolutely, whatever the caller's working folder
-    path.mkdir(parents=True, exist_ok=True)
-    handle = os.fdopen(_open_lock(path / LOCK_FILE, os.O_WRONLY | os.O_CREAT), "w")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
-        raise RunBusyError(f"another process is already training into {path} (it holds {path / LOCK_FILE}); "
-                           f"wait for it to finish or stop it") from None
-    return path, handle
-
-
-def is_locked(path) -> bool:
-    """Whether some live process holds the lock of output folder `path`. Opens the lock read-only (a read-only
-    runs folder can be listed) and without following a link (a lock that is a link is nobody's: False)."""
-    import fcntl
-
-    lock = Path(path) / LOCK_FILE
-    try:
-        fd = _open_lock(lock, os.O_RDONLY)
-    except (FileNotFoundError, UnsafeLockError):
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # closing releases the lock if we took it
-    return False
-
-
-# ----------------------------------------------------------------------------------------------------------
 # What the folder holds: result.json (the run record), the checkpoint and the executed notebook
 # ----------------------------------------------------------------------------------------------------------
 
@@ -191,14 +126,6 @@ def epochs_in_checkpoint(checkpoint) -> int:
     if not Path(checkpoint).exists():
         return 0
     return len(ebp_checkpoint.read_network_meta(checkpoint)["history"])
-
-
-def read_result(path) -> dict | None:
-    """The run record (records.read_record) in folder `path`, or None if there is none or it is unreadable."""
-    try:
-        return read_record(Path(path) / RESULT_FILE)
-    except (FileNotFoundError, RecordError):
-        return None
 
 
 class EpochRecorder:
@@ -272,8 +199,6 @@ def ebp_expected(data: dict) -> Expected | list[str]:
     final = None if last is None else {k: last.get(k) for k in HISTORY_ERRORS["ebp"]}
     return Expected(valid, derived, final, "last epoch", valid["epochs"], may_stop_early=False)
 
-
-EXPECTED["ebp"] = ebp_expected
 
 
 def checkpoint_meta(checkpoint) -> dict:
@@ -414,11 +339,9 @@ class FinishedRunError(RuntimeError):
     (there is nothing to do)."""
 
 
-def differences(saved: dict, wanted: dict, names=tuple(DEFAULT_PARAMETERS)) -> str:
-    """'epochs: 120 there, 1 here; n_train: None there, 1000 here' for the parameters `names` (an experiment's,
-    by default; the output folder aside) in which a folder's run `saved` and the one asked for, `wanted`, differ."""
-    return "; ".join(f"{k}: {saved.get(k)!r} there, {wanted.get(k)!r} here" for k in names
-                     if k != "output_dir" and saved.get(k) != wanted.get(k))
+def differences(saved: dict, wanted: dict, names=tuple(n for n in DEFAULT_PARAMETERS if n != "output_dir")) -> str:
+    """run_files.differences over an experiment's parameters by default (the output folder aside)."""
+    return run_files.differences(saved, wanted, names)
 
 
 def finished_run(out, result: dict | None, config: RunConfig) -> tuple[str, str] | None:
@@ -653,15 +576,6 @@ def job_state(job: dict) -> RunState:
     if meta is not None:
         return RunState("partial", len(meta["history"]))
     return RunState("new")
-
-
-def move_aside(path, why: str = "corrupt") -> Path:
-    """Rename a file to <name>.<why>-<UTC time> beside it (kept for inspection, never deleted); the new path."""
-    path = Path(path)
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    target = path.with_name(f"{path.name}.{why}-{stamp}")
-    os.replace(path, target)
-    return target
 
 
 def remove_temporaries(out) -> list[Path]:

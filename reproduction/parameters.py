@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ebp_conv
+import ebp_data
 import ebp_lib
 import ebp_train
 from reproduction.records import REPO
@@ -46,8 +47,8 @@ PROFILES = {
 # out for validation; unit: pixels/255; image: each image standardised by its own mean and std; batch1: one image
 # per update; f64: float64 arithmetic, the reference engine (ebp_lib's numpy) instead of the fast float32 one, a run
 # option (RUN_OPTIONS) that the profile sets for each of its jobs and result.json records (binary-200 only: about
-# 90-120 s an epoch on a loaded 2-core AMD EPYC, 3-4 hours a run, past the runner's timeout, which is sized for
-# the fast engine: give run_tables.py --run-timeout). Their runs land in outputs/runs/<profile>/.
+# 90-120 s an epoch on a loaded 2-core AMD EPYC, 3-4 hours a run; runner.ENGINE_SLOWDOWN sizes its timeout).
+# Their runs land in outputs/runs/<profile>/.
 MECHANISMS = {"paper-50k": {"n_train": 50000}, "paper-unit": {"preprocessing": "unit"},
               "paper-image": {"preprocessing": "image"}, "paper-batch1": {"batch_size": 1},
               "paper-f64": {"engine": "reference"}}
@@ -56,12 +57,12 @@ PROFILES.update({name: {**PROFILES["paper"], "name": name, **change} for name, c
 # errs on 88.65% of MNIST's test images): the experiment notebook's check, which every profile's runs must pass.
 NOT_LEARNING = 0.5
 DROPOUT_READINGS = ("analytic", "sampled")  # analytic = the authors' code (notebooks/07_dropout.ipynb)
-PAPER_EPOCHS, FULL_TRAIN = 120, 60000
+PAPER_EPOCHS, FULL_TRAIN = 120, ebp_data.train_size()
 
-DATASET_CHOICES = ("mnist", "fashion-mnist")  # the data sets of ebp_data.DATASETS that experiments train on
+DATASET_CHOICES = tuple(ebp_data.DATASETS)  # the data sets experiments train on
 WEIGHTS = ("binary", "real")
 PREPROCESSINGS = ("pixel", "global", "unit", "image")
-INPUT_SIDE = 28  # the side of the data sets' images, 28x28 pixels
+INPUT_SIDE = ebp_data.image_side()  # the side of the data sets' images, 28x28 pixels
 MASK_READINGS = ebp_lib.MASK_READINGS  # absent (default) or held: docs/maths.md §Spatial filtering
 # spec (default) or one of the authors' codes (ebp_lib.UPDATES): docs/maths.md §The authors' real-weight code,
 # §The authors' binary code of 2015

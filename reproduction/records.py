@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import importlib
 import io
 import json
 import os
@@ -448,12 +449,21 @@ class Expected(NamedTuple):
     problems: tuple = ()
 
 
-# How each method reads a record's parameters: {method: function(record) -> Expected, or the list of problems that
-# stop it (parameters it cannot read)}. Each method's module adds its own as it is imported (CHECKED_BY), so that
-# this module, below them all, imports none of them, and record_problems is the one check of every record.
-EXPECTED: dict = {}
-CHECKED_BY = {"ebp": "reproduction.folder", "backprop": "reproduction.backprop",
-              "successor": "reproduction.successors"}
+# How each method reads a record's parameters, the one registry of the record checks: {method: (module, function)},
+# the function (of a record) giving Expected, or the list of problems that stop it (parameters it cannot read).
+# Named, not imported: this module, below them all, imports none of them until a record of theirs is checked.
+EXPECTED = {"ebp": ("reproduction.folder", "ebp_expected"), "backprop": ("reproduction.backprop", "backprop_expected"),
+            "successor": ("reproduction.successors", "successor_expected")}
+
+
+def expected_check(method: str):
+    """The function that reads `method`'s records' parameters (EXPECTED), its module imported on first use;
+    RecordError if the registry names none, or a module or function that is not there."""
+    module, name = EXPECTED.get(method, (None, None))
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (TypeError, ImportError, AttributeError):
+        raise RecordError(f"no check of {method} records: {module}.{name} (records.EXPECTED) is not there") from None
 
 
 def record_problems(data: dict) -> list[str]:
@@ -461,12 +471,10 @@ def record_problems(data: dict) -> list[str]:
     its parameters are not the complete, valid set its method reads in them (EXPECTED); a field they determine
     (protocol, training images, ...) says something else; the final errors are not those of the history's epoch
     they come from; epochs done, their numbering, a finished run's epochs; an error outside [0, 1]; and the method's
-    own problems. Each problem names its field. Empty when the record is consistent. RecordError if the module of
-    the record's method (CHECKED_BY) has not been imported."""
+    own problems. Each problem names its field. Empty when the record is consistent. RecordError if the registry
+    (EXPECTED) names no check of the record's method that can be imported."""
     method = data["method"]
-    if method not in EXPECTED:
-        raise RecordError(f"no check of {method} records: import {CHECKED_BY[method]} first")
-    expected = EXPECTED[method](data)
+    expected = expected_check(method)(data)
     if not isinstance(expected, Expected):
         return list(expected)
     params = data["parameters"]

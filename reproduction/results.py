@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import ebp_checkpoint
-import reproduction.backprop  # noqa: F401  (adds the check of backprop records, records.EXPECTED; folder adds EBP's)
+import ebp_data
 from ebp_lib import DEFAULT_MASK_READING, DEFAULT_UPDATE, update_applies
 from reproduction import band
 from reproduction.folder import (
@@ -584,7 +584,7 @@ def record_text(text: str) -> str:
 # The same tables on two data sets: MNIST against Fashion-MNIST (no paper column: the paper ran MNIST only)
 # ----------------------------------------------------------------------------------------------------------
 
-DATASET_NAMES = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST"}
+DATASET_NAMES = {name: facts["name"] for name, facts in ebp_data.DATASETS.items()}
 
 
 def _ours_text(cell: Cell | None, refused: list[tuple] = ()) -> str:

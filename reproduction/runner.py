@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import ebp_lib
@@ -460,13 +461,18 @@ def _raise_interrupt(signum, frame):
 SECONDS_PER_COST = 1e-9
 TIMEOUT_FACTOR = 5
 TIMEOUT_BASE = 900.0
+# The reference engine (ebp_lib's numpy, float64) is this many times slower an epoch than the fast one: binary-200
+# took 87-120 s an epoch against about 2.3 s, both on a loaded 2-core AMD EPYC. Other engines count as the fast one.
+ENGINE_SLOWDOWN = {"reference": 50.0}
 
 
 def run_timeout(job: dict) -> float:
     """Seconds the runner waits for `job` once sent to a worker before failing it (run_batch's run_timeout
-    overrides it): a bound from its cost estimate, job_cost, for the epochs it has left."""
+    overrides it): a bound from its cost estimate, job_cost, for the epochs it has left, times its engine's
+    ENGINE_SLOWDOWN."""
     epochs_left = max(0, job["config"].epochs - _progress(job)[0])
-    return TIMEOUT_BASE + TIMEOUT_FACTOR * epochs_left * job_cost(job) * SECONDS_PER_COST
+    slowdown = ENGINE_SLOWDOWN.get(job.get("engine"), 1.0)
+    return TIMEOUT_BASE + TIMEOUT_FACTOR * epochs_left * job_cost(job) * SECONDS_PER_COST * slowdown
 
 
 def _workers_alive(client, workers: list[str]) -> bool:
@@ -475,6 +481,110 @@ def _workers_alive(client, workers: list[str]) -> bool:
         return bool(set(client.scheduler_info(n_workers=-1)["workers"]) & set(workers))
     except Exception:
         return False
+
+
+@dataclass
+class Batch:
+    """A batch while it runs: `outcomes` by job key, the `queue` of tasks not yet sent (a task: one job, or a group
+    trained side by side), the `running` tasks by their future with their `deadlines` (time, limit in seconds),
+    and the empty-cluster watch (`checked`: when it last asked the scheduler; `lonely_since`: since when no usable
+    worker is connected)."""
+    outcomes: dict
+    queue: list
+    echo: object = print
+    running: dict = field(default_factory=dict)
+    deadlines: dict = field(default_factory=dict)
+    checked: float = 0.0
+    lonely_since: float | None = None
+
+    def fail(self, job: dict, error: str) -> None:
+        self.outcomes[job["key"]] = {"key": job["key"], "status": "failed", "error": error,
+                                     "notebook": notebook_of(job)}
+        self.echo(f"  {job['key']}: failed ({error})")
+
+    def running_jobs(self) -> list[dict]:
+        return [job for task in self.running.values() for job in task]
+
+
+def plan_tasks(todo: list[dict], grouping, echo) -> list[list[dict]]:
+    """The tasks of the jobs to run: one each, or with `grouping` the JAX engine's jobs that differ only in their
+    seed in one task (grouping.group_jobs), said so."""
+    if grouping is None:
+        return [[job] for job in todo]
+    tasks = grouping.group_jobs(todo)
+    for task in tasks:
+        if len(task) > 1:
+            echo(f"  trained together (engine {task[0]['engine']}): {', '.join(job['key'] for job in task)}")
+    return tasks
+
+
+def submit(batch: Batch, client, workers, window: int, grouping, run_timeout_s: float | None) -> None:
+    """Send queued tasks until `window` run at once, each with its deadline (run_timeout summed over its jobs, or
+    `run_timeout_s`), to `workers` only where the cluster is an existing one."""
+    while batch.queue and len(batch.running) < window:
+        task = batch.queue.pop(0)
+        if len(task) > 1:
+            function, argument, name = grouping.run_group, task, f"group-{task[0]['key']}"
+        else:
+            function, argument, name = run_job, task[0], f"run-{task[0]['key']}"
+        future = client.submit(function, argument, pure=False, key=f"{name}-{os.urandom(4).hex()}",
+                               **({} if workers is None else {"workers": workers, "allow_other_workers": False}))
+        limit = run_timeout_s or sum(run_timeout(job) for job in task)
+        batch.running[future], batch.deadlines[future] = task, (time.time() + limit, limit)
+
+
+def collect(batch: Batch) -> bool:
+    """Record the outcomes of the tasks done (a worker's exception fails each job of its task); whether any was."""
+    done = [f for f in batch.running if f.done()]
+    for future in done:
+        task = batch.running.pop(future)
+        try:
+            answers = future.result()
+            answers = answers if isinstance(answers, list) else [answers]
+        except Exception as err:
+            answers = [{"key": job["key"], "status": "failed", "error": f"worker error: {describe_error(err)}",
+                        "notebook": notebook_of(job)} for job in task]
+        for job, outcome in zip(task, answers):
+            batch.outcomes[job["key"]] = outcome
+            batch.echo(f"  {job['key']}: {outcome['status']}"
+                       + (f" ({outcome['note']})" if outcome.get("note") else "")
+                       + (f" ({outcome['error']})" if outcome["status"] in ("failed", *LEFT_ALONE) else ""))
+    return bool(done)
+
+
+def expire(batch: Batch, now: float, run_timeout_s: float | None) -> bool:
+    """Fail (and cancel) every running task past its deadline, naming the timeout; whether any was."""
+    late = [f for f in batch.running if now > batch.deadlines[f][0]]
+    for future in late:
+        task, limit = batch.running.pop(future), batch.deadlines[future][1]
+        future.cancel()
+        for job in task:
+            origin = "given by --run-timeout" if run_timeout_s else "from its cost estimate; --run-timeout changes it"
+            batch.fail(job, f"no answer from its Dask worker within {format_seconds(limit)} (the timeout of this "
+                            f"{'group' if len(task) > 1 else 'run'}, {origin}): the worker hung, died or was lost; "
+                            f"if it is still training, it holds the run's lock and a later batch resumes the run")
+    return bool(late)
+
+
+def watch_workers(batch: Batch, now: float, client, workers: list[str], scheduler: str, worker_wait: float) -> bool:
+    """On an existing cluster, every 5 s: once none of `workers` has been connected for `worker_wait` seconds,
+    fail the running and queued tasks, saying why; whether it did."""
+    if now - batch.checked < 5:
+        return False
+    batch.checked = now
+    batch.lonely_since = None if _workers_alive(client, workers) else (batch.lonely_since or now)
+    if batch.lonely_since is None or now - batch.lonely_since < worker_wait:
+        return False
+    why = (f"none of the Dask workers that could run it ({', '.join(workers)}) has been connected to {scheduler} "
+           f"for {worker_wait:.0f} s: they died or left")
+    for future in list(batch.running):
+        future.cancel()
+        for job in batch.running.pop(future):
+            batch.fail(job, why)
+    for job in [job for task in batch.queue for job in task]:
+        batch.fail(job, why)
+    batch.queue = []
+    return True
 
 
 def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None = None,
@@ -498,96 +608,33 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
     outcomes, todo = plan_batch(jobs, echo)
     if not todo:
         return [outcomes[j["key"]] for j in jobs]
-    if grouping is not None:
-        tasks = grouping.group_jobs(todo)
-        for task in tasks:
-            if len(task) > 1:
-                echo(f"  trained together (engine {task[0]['engine']}): {', '.join(job['key'] for job in task)}")
-    else:
-        tasks = [[job] for job in todo]
-    start, queue, running, last = time.time(), list(tasks), {}, 0.0
+    batch = Batch(outcomes, plan_tasks(todo, grouping, echo), echo)
+    start, last = time.time(), 0.0
     handle_sigterm = _main_thread()
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) if handle_sigterm else None
     close, interrupted = None, False
-
-    def fail(job, error):
-        outcomes[job["key"]] = {"key": job["key"], "status": "failed", "error": error,
-                                "notebook": notebook_of(job)}
-        echo(f"  {job['key']}: failed ({error})")
-
-    def running_jobs():
-        return [job for task in running.values() for job in task]
-
     try:
-        n_local = min(n_jobs or os.cpu_count() or 1, len(tasks))
+        n_local = min(n_jobs or os.cpu_count() or 1, len(batch.queue))
         try:
             client, workers, close = _start_cluster(scheduler, n_local, echo, todo[0]["notebook"], worker_wait)
         except ClusterError as err:
             for job in todo:
-                fail(job, str(err))
+                batch.fail(job, str(err))
             return [outcomes[j["key"]] for j in jobs]
         if workers is None:
             window = n_local
         else:
             threads = client.nthreads()
             window = n_jobs or max(1, sum(threads.get(w, 0) for w in workers))
-        deadlines, lonely_since, checked = {}, None, 0.0
-        while queue or running:
-            changed = False
-            for future in [f for f in running if f.done()]:
-                task = running.pop(future)
-                try:
-                    answers = future.result()
-                    answers = answers if isinstance(answers, list) else [answers]
-                except Exception as err:
-                    answers = [{"key": job["key"], "status": "failed", "error": f"worker error: {describe_error(err)}",
-                                "notebook": notebook_of(job)} for job in task]
-                for job, outcome in zip(task, answers):
-                    outcomes[job["key"]] = outcome
-                    echo(f"  {job['key']}: {outcome['status']}"
-                         + (f" ({outcome['note']})" if outcome.get("note") else "")
-                         + (f" ({outcome['error']})" if outcome["status"] in ("failed", *LEFT_ALONE)
-                            else ""))
-                changed = True
+        while batch.queue or batch.running:
+            changed = collect(batch)
             now = time.time()
-            for future in [f for f in running if now > deadlines[f][0]]:
-                task, limit = running.pop(future), deadlines[future][1]
-                future.cancel()
-                for job in task:
-                    origin = ("given by --run-timeout" if run_timeout_s else
-                              "from its cost estimate; --run-timeout changes it")
-                    fail(job, f"no answer from its Dask worker within {format_seconds(limit)} (the timeout of this "
-                              f"{'group' if len(task) > 1 else 'run'}, {origin}): the worker hung, died or was "
-                              f"lost; if it is still training, it holds the run's lock and a later batch resumes "
-                              f"the run")
-                changed = True
-            if workers is not None and now - checked >= 5:  # an existing cluster: is anyone left to run them?
-                checked = now
-                alive = _workers_alive(client, workers)
-                lonely_since = None if alive else (lonely_since or now)
-                if lonely_since is not None and now - lonely_since >= worker_wait:
-                    why = (f"none of the Dask workers that could run it ({', '.join(workers)}) has been connected "
-                           f"to {scheduler} for {worker_wait:.0f} s: they died or left")
-                    for future in list(running):
-                        future.cancel()
-                        for job in running.pop(future):
-                            fail(job, why)
-                    for job in [job for task in queue for job in task]:
-                        fail(job, why)
-                    queue, changed = [], True
-            while queue and len(running) < window:
-                task = queue.pop(0)
-                if len(task) > 1:
-                    function, argument, name = grouping.run_group, task, f"group-{task[0]['key']}"
-                else:
-                    function, argument, name = run_job, task[0], f"run-{task[0]['key']}"
-                future = client.submit(function, argument, pure=False, key=f"{name}-{os.urandom(4).hex()}",
-                                       **({} if workers is None else {"workers": workers,
-                                                                      "allow_other_workers": False}))
-                limit = run_timeout_s or sum(run_timeout(job) for job in task)
-                running[future], deadlines[future] = task, (time.time() + limit, limit)
+            changed = expire(batch, now, run_timeout_s) or changed
+            if workers is not None:
+                changed = watch_workers(batch, now, client, workers, scheduler, worker_wait) or changed
+            submit(batch, client, workers, window, grouping, run_timeout_s)
             if changed or time.time() - last >= progress_every:
-                echo(status_line(time.time() - start, todo, outcomes, running_jobs(), window))
+                echo(status_line(time.time() - start, todo, outcomes, batch.running_jobs(), window))
                 last = time.time()
             time.sleep(0.5)
     except KeyboardInterrupt:

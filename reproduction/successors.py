@@ -42,23 +42,24 @@ import functools
 import hashlib
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
 
 import ebp_checkpoint
-from reproduction import backprop, records, tuned
-from reproduction.folder import RunBusyError, UnsafeLockError, open_output_dir, read_result
+import ebp_data
+from reproduction import records, tuned
+from reproduction.run_files import RunBusyError, UnsafeLockError, open_output_dir, read_result
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "successors"
-RESULT_FILE, CHECKPOINT_FILE, NET_FILE = "result.json", "checkpoint.npz", "binary_net.npz"
+RESULT_FILE, CHECKPOINT_FILE, NET_FILE = tuned.RESULT_FILE, tuned.CHECKPOINT_FILE, "binary_net.npz"
 PREDICTIONS_FILE = "predictions.npz"  # per-image test predictions, uint8 (successors.evaluate.save_predictions)
-DATASETS = backprop.DATASETS
+DATASETS = tuned.DATASETS
 ARCHITECTURES = ("800", "800-800")  # the paper's nets [784, 800, 10] and [784, 800, 800, 10]; others accepted
 FULL_TRAIN, TRAIN_ERROR_IMAGES = tuned.FULL_TRAIN, tuned.TRAIN_ERROR_IMAGES
-TARGET_ERROR = {"mnist": 0.03, "fashion-mnist": 0.15}  # "epochs to reach": first epoch at or below this test error
+# "epochs to reach": the first epoch at or below the data set's target test error (ebp_data.DATASETS)
+TARGET_ERROR = {name: facts["target_error"] for name, facts in ebp_data.DATASETS.items()}
 
 PROTOCOL = {"batch_size": 100, "preprocessing_grid": ["pixel", "unit"], "grid_epochs": 3, "max_epochs": 120,
             "patience": 5, "stop_patience": 15, "n_validation": 10000, "n_train": None, "mc_samples": 20,
@@ -73,71 +74,59 @@ PROFILES = {"tuned": {}, "smoke": {"n_train": 3000, "n_validation": 1000, "grid_
 # outputs/successors/sensitivity, beside, never in place of, the tuned runs.
 PROFILES["sensitivity"] = {"grid_epochs": 10, "stop_patience": 30}
 OVERRIDABLE = set(PROTOCOL) | {"grid"}
+# The order of a record's parameters (tuned.TunedConfig.parameters).
+LAYOUT = ("method", "dataset", "architecture", "profile", "network", "batch_size", "preprocessing_grid", "grid",
+          "fixed", "grid_epochs", "max_epochs", "patience", "stop_patience", "n_validation", "n_train", "mc_samples",
+          "seed", "tune_seed", "dtype")
 # Bounds that a command line cannot pass (far beyond any net or seed of the protocol): a 10^9-unit layer would
 # exhaust memory, a seed beyond 32 bits overflow JAX's PRNGKey, both after the run's folder exists.
 MAX_HIDDEN, MAX_LAYERS, MAX_SEED = 100_000, 16, 2 ** 31 - 3
 CHECKPOINT_FORMAT = 1  # of a successor checkpoint's metadata; one without "format" is of format 1
 
 
+@functools.cache
 def methods() -> dict:
-    """{name: module} of the successors (imported on first use: JAX starts slowly)."""
-    from successors import METHODS
-    return METHODS
+    """{name: module} of the methods of successors.registry (imported on first use: JAX starts slowly)."""
+    from successors import registry
+    return {name: registry.method(name) for name in registry.METHODS}
 
 
 def make_parameters(method: str, dataset: str, architecture: str, profile: str = "tuned", **overrides) -> dict:
-    """The parameters of one run (PROTOCOL, the profile, then overrides), every value checked, so that a bad
-    command line fails before a folder or file exists."""
-    if method not in methods():
-        raise ValueError(f"unknown method {method!r}; choose one of {list(methods())}")
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {list(DATASETS)}")
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; choose one of {list(PROFILES)}")
-    unknown = set(overrides) - OVERRIDABLE
-    if unknown:
-        raise ValueError(f"cannot override {sorted(unknown)}; overridable: {sorted(OVERRIDABLE)}")
+    """The parameters of one run (PROTOCOL, the profile, then overrides), every value checked and every problem
+    listed (tuned.TunedConfig), so that a bad command line fails before a folder or file exists."""
+    tuned.check_choice("method", method, methods())
+    tuned.check_dataset(dataset)
+    tuned.check_choice("profile", profile, PROFILES)
+    tuned.check_overrides(overrides, OVERRIDABLE)
     module = methods()[method]
     # a method may bring its own defaults (EBP: batch 10, its preprocessings); the profile and overrides win
     p = {**PROTOCOL, **getattr(module, "PROTOCOL", {}), **PROFILES[profile],
          **{k: v for k, v in overrides.items() if v is not None}}
-    preprocessings = getattr(module, "PREPROCESSINGS", None)
-    if preprocessings is not None:
-        unknown = [name for name in p["preprocessing_grid"] if name not in preprocessings]
-        if unknown or not p["preprocessing_grid"]:
-            raise ValueError(f"preprocessing_grid {p['preprocessing_grid']} must name some of {list(preprocessings)}")
+    problems = []
     grid = {k: sorted(float(v) for v in values) for k, values in (p.get("grid") or module.GRID).items()}
     if set(grid) != set(module.GRID) or not all(grid.values()) or not all(
             math.isfinite(v) and v > 0 for values in grid.values() for v in values):
-        raise ValueError(f"grid {p.get('grid')} must give positive values for exactly {sorted(module.GRID)}")
-    sizes = backprop.hidden_layers(architecture)
+        problems.append(f"grid {p.get('grid')} must give positive values for exactly {sorted(module.GRID)}")
+    sizes = tuned.hidden_layers(architecture)
     if max(sizes) > MAX_HIDDEN or len(sizes) > MAX_LAYERS:
-        raise ValueError(f"architecture {architecture!r}: at most {MAX_LAYERS} hidden layers of at most {MAX_HIDDEN:,} "
-                         f"units (the paper's nets have 800)")
-    seed = p["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"seed={seed!r} must be an integer in 0..{MAX_SEED:,} (JAX's keys are 32-bit, and a run "
-                         f"also uses seed + 2)")
-    # the split, batch and schedule are checked as the backprop baseline checks them
-    backprop.make_parameters(dataset, "tanh-800", **{k: p[k] for k in ("batch_size", "max_epochs", "patience",
-                             "stop_patience", "n_validation", "n_train", "seed", "grid_epochs")},
-                             preprocessing_grid=[preprocessings[name][0] for name in p["preprocessing_grid"]]
-                             if preprocessings else p["preprocessing_grid"])
-    mc = backprop._positive_int("mc_samples", p["mc_samples"])
+        problems.append(f"architecture {architecture!r}: at most {MAX_LAYERS} hidden layers of at most "
+                        f"{MAX_HIDDEN:,} units (the paper's nets have 800)")
+    if not tuned.is_count(p["mc_samples"]):
+        problems.append(f"mc_samples={p['mc_samples']!r} must be a positive integer")
     tune_seed = p["tune_seed"]
-    if tune_seed is not None and (isinstance(tune_seed, bool) or not isinstance(tune_seed, (int, np.integer))
-                                  or tune_seed < 0):
-        raise ValueError(f"tune_seed={tune_seed!r} must be an integer >= 0 or None (every seed runs its grid)")
-    return {"method": method, "dataset": dataset, "architecture": str(architecture), "profile": profile,
-            "network": getattr(module, "NETWORK", "±1 weights, sign hidden units (hard-tanh STE), affine BN per "
-                               "hidden layer (momentum 0.15, ε 1e-4), output e^s·(W h) + b, softmax cross-entropy "
-                               "(successors.mlp)"),
-            "batch_size": int(p["batch_size"]), "preprocessing_grid": list(dict.fromkeys(p["preprocessing_grid"])),
-            "grid": grid, "fixed": dict(module.FIXED), "grid_epochs": int(p["grid_epochs"]),
-            "max_epochs": int(p["max_epochs"]), "patience": int(p["patience"]),
-            "stop_patience": int(p["stop_patience"]), "n_validation": int(p["n_validation"]),
-            "n_train": None if p["n_train"] in (None, FULL_TRAIN) else int(p["n_train"]), "mc_samples": mc,
-            "seed": int(p["seed"]), "tune_seed": None if tune_seed is None else int(tune_seed), "dtype": "float32"}
+    if tune_seed is not None and not tuned.is_count(tune_seed, 0):
+        problems.append(f"tune_seed={tune_seed!r} must be an integer >= 0 or None (every seed runs its grid)")
+    own = {"method": method, "architecture": str(architecture), "profile": profile,
+           "network": getattr(module, "NETWORK", "±1 weights, sign hidden units (hard-tanh STE), affine BN per "
+                              "hidden layer (momentum 0.15, ε 1e-4), output e^s·(W h) + b, softmax cross-entropy "
+                              "(successors.mlp)"),
+           "grid": grid, "fixed": dict(module.FIXED),
+           "mc_samples": int(p["mc_samples"]) if tuned.is_count(p["mc_samples"]) else p["mc_samples"],
+           "tune_seed": None if tune_seed is None else int(tune_seed), "dtype": "float32"}
+    preprocessings = tuple(getattr(module, "PREPROCESSINGS", None) or tuned.PREPROCESSINGS)
+    config = tuned.TunedConfig(dataset, {k: p[k] for k in tuned.PROTOCOL_KEYS}, own, LAYOUT, preprocessings,
+                               tuple(problems), MAX_SEED, " (JAX's keys are 32-bit, and a run also uses seed + 2)")
+    return config.parameters()
 
 
 def protocol_label(params: dict) -> str:
@@ -152,10 +141,7 @@ def protocol_label(params: dict) -> str:
 
 def grid_keys(params: dict) -> list[dict]:
     """Every grid point: preprocessing x the method's hyperparameters, as dicts."""
-    points = [{"preprocessing": p} for p in params["preprocessing_grid"]]
-    for name, values in params["grid"].items():
-        points = [{**point, name: v} for point in points for v in values]
-    return points
+    return tuned.grid_keys(params["preprocessing_grid"], params["grid"])
 
 
 def adopts_grid(params: dict) -> bool:
@@ -231,7 +217,7 @@ class Trainer:
         from successors import mlp
         self.jax, self.mlp, self.params = jax, mlp, params
         self.module = methods()[params["method"]]
-        self.sizes = mlp.layer_sizes(backprop.hidden_layers(params["architecture"]))
+        self.sizes = mlp.layer_sizes(tuned.hidden_layers(params["architecture"]))
         self.hyper = {**{k: v for k, v in point.items() if k != "preprocessing"}, **params["fixed"],
                       "decay": 1.0, "n_data": float(n_fit)}
         self.epoch_fn = compiled_epoch(params["method"])
@@ -240,7 +226,7 @@ class Trainer:
         return self.module.init(self.jax.random.PRNGKey(self.params["seed"]), self.sizes, self.hyper)
 
     def train_epoch(self, state, x, y, epoch: int, decay: float):
-        order = backprop.epoch_order(self.params, len(x), epoch)
+        order = tuned.epoch_order(self.params, len(x), epoch)
         xb, yb = self.mlp.batches(x, y, order, self.params["batch_size"])
         key = self.jax.random.fold_in(self.jax.random.PRNGKey(self.params["seed"] + 1), epoch)
         state, loss = self.epoch_fn(state, xb, yb, key, {**self.hyper, "decay": decay})
@@ -271,46 +257,14 @@ def make_trainer(params: dict, point: dict, n_fit: int):
 
 
 def load_split(params: dict, preprocessing: str, data_dir=None) -> dict:
-    """The run's fit, validation and test arrays (backprop.load_split, or the method module's own load_split for
+    """The run's fit, validation and test arrays (tuned.load_split, or the method module's own load_split for
     the preprocessings it adds)."""
-    return getattr(methods()[params["method"]], "load_split", backprop.load_split)(params, preprocessing, data_dir)
-
-
-def diverged_loss(loss) -> bool:
-    """Whether an epoch's loss says the state diverged (None: a method whose epoch computes no loss)."""
-    return loss is not None and not math.isfinite(loss)
-
-
-def grid_point(params: dict, data: dict, point: dict) -> dict:
-    """Validation error of the deployed net after each of `grid_epochs` epochs at one grid point; a point whose
-    state becomes non-finite scores 1.0 from then on and is marked diverged."""
-    trainer = make_trainer(params, point, len(data["x_fit"]))
-    state, errors, diverged = trainer.initial(), [], False
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for epoch in range(params["grid_epochs"]):
-        if not diverged:
-            state, loss = trainer.train_epoch(state, data["x_fit"], data["y_fit"], epoch, 1.0)
-            diverged = diverged_loss(loss)
-        errors.append(1.0 if diverged else trainer.error(state, data["x_val"], data["y_val"]))
-    return {**point, "validation_error": errors, "diverged": diverged,
-            "train_seconds": round(time.perf_counter() - start, 2),
-            "cpu_seconds": round(time.process_time() - cpu_start, 2)}
+    return getattr(methods()[params["method"]], "load_split", tuned.load_split)(params, preprocessing, data_dir)
 
 
 def choose_point(points: list[dict]) -> dict:
     """The grid point with the lowest validation error after the last grid epoch (ties: the first listed)."""
-    if not points:
-        raise ValueError("no grid points to choose from")
-    return min(points, key=lambda p: p["validation_error"][-1])
-
-
-def schedule_step(state: dict, validation_error: float, params: dict) -> bool:
-    """backprop.schedule_step on the step sizes' factor `decay` (halved every `patience` epochs without a best)."""
-    proxy = {**state, "learning_rate": state["decay"]}
-    finished = backprop.schedule_step(proxy, validation_error, params)
-    state.update({k: proxy[k] for k in ("best_validation_error", "best_epoch", "epochs_without_best")})
-    state["decay"] = proxy["learning_rate"]
-    return finished
+    return tuned.choose_point(points)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -393,8 +347,8 @@ def load_checkpoint(path: Path, trainer: Trainer):
 def successor_outputs(trainer: Trainer, best, x: np.ndarray, y: np.ndarray, net_path: Path) -> tuple[dict, dict, dict]:
     """(packed, probabilistic, predictions) of a successor's best state on the test images: the deployed net
     through packed inference (written to `net_path`; 0 mismatches expected), the NLL / ECE of its softmax and of
-    BayesBiNN's predictive and mean net, and the per-image predicted classes of the deployed net (and BayesBiNN's
-    predictive and mean net)."""
+    the method's other outputs (its predictive_outputs: BayesBiNN's predictive and mean net), and the per-image
+    predicted classes of each."""
     import ebp_binary_format
     from successors import evaluate, mlp
     params, module = trainer.params, trainer.module
@@ -403,10 +357,9 @@ def successor_outputs(trainer: Trainer, best, x: np.ndarray, y: np.ndarray, net_
     packed = evaluate.packed_check(weights, best["real"], best["stats"], x, y, predictions)
     ebp_binary_format.save_packed(net_path, evaluate.fold(weights, best["real"], best["stats"]))
     outputs = {"deployed": mlp.softmax(mlp.predict_logits(weights, best["real"], best["stats"], x))}
-    if params["method"] == "bayesbinn":
-        key = trainer.jax.random.PRNGKey(params["seed"] + 2)
-        outputs["predictive"] = module.mc_probabilities(best, x, key, params["mc_samples"])
-        outputs["mean"] = mlp.softmax(mlp.predict_logits(module.mean_weights(best), best["real"], best["stats"], x))
+    if hasattr(module, "predictive_outputs"):  # BayesBiNN's predictive and mean net (successors.registry)
+        outputs.update(module.predictive_outputs(best, x, trainer.jax.random.PRNGKey(params["seed"] + 2),
+                                                 params["mc_samples"]))
     probabilistic = {}
     for name, p in outputs.items():
         bins = evaluate.reliability(p, y)
@@ -529,8 +482,6 @@ def successor_expected(data: dict) -> records.Expected | list[str]:
     return found
 
 
-records.EXPECTED["successor"] = successor_expected
-
 
 def make_record(params, grid, history, schedule, finished, sessions, evaluation=None) -> dict:
     """The result.json of a run (tuned.record), with the final evaluation of its best epoch."""
@@ -581,65 +532,50 @@ def run(params: dict, folder=None, data_dir=None, echo=print, allow_dirty: bool 
         lock.close()
 
 
-def _run_locked(params: dict, folder: Path, data_dir, echo, allow_dirty: bool, stop_after_epochs: int | None) -> dict:
-    """run's work, holding the folder's lock."""
-    session = tuned.Session(folder, params, allow_dirty, make_record)
-    if session.previous and session.previous.get("finished"):
-        return session.previous
-    grid, write = session.grid, session.write
-    label = f"{params['dataset']} {params['method']}-{params['architecture']} seed {params['seed']}"
-    data_for = tuned.one_split(lambda preprocessing: load_split(params, preprocessing, data_dir))
-    if adopts_grid(params) and len(grid) < len(grid_keys(params)):
-        grid = session.grid = adopted_grid(params, folder.parent / run_name(tuning_params(params)), data_dir, echo,
-                                           allow_dirty)
-        write([], None)
-        echo(f"{label}: the grid of seed {params['tune_seed']} chose {choose_point(grid)}")
-    for point in grid_keys(params):
-        if any(all(p.get(k) == v for k, v in point.items()) for p in grid):
-            continue
-        result = grid_point(params, data_for(point["preprocessing"]), point)
-        grid.append(result)
-        write([], None)
-        echo(f"{label}: {point} -> validation error {100 * result['validation_error'][-1]:.2f}%")
-    chosen = choose_point(grid)
-    point = {k: chosen[k] for k in grid_keys(params)[0]}
-    data = data_for(point["preprocessing"])
-    trainer = make_trainer(params, point, len(data["x_fit"]))
-    path = folder / CHECKPOINT_FILE
-    state = best = trainer.initial()
-    schedule = {"epoch": 0, "decay": 1.0, "best_epoch": None, "best_validation_error": None,
-                "epochs_without_best": 0, "history": [], "finished": False}
-    state, best, schedule = tuned.resume(path, lambda p: load_checkpoint(p, trainer), echo) or (
-        state, best, schedule)
-    session.session["from_epoch"] = schedule["epoch"]
-    stop_at = None if stop_after_epochs is None else schedule["epoch"] + stop_after_epochs
-    while not schedule["finished"] and schedule["epoch"] != stop_at:
-        start, cpu_start = time.perf_counter(), time.process_time()
-        state, loss = trainer.train_epoch(state, data["x_fit"], data["y_fit"], schedule["epoch"], schedule["decay"])
-        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-        if diverged_loss(loss):
-            raise FloatingPointError(f"{label}: the loss became non-finite in epoch {schedule['epoch'] + 1}; the "
-                                     f"grid chose a step size too large for the full run")
-        schedule["epoch"] += 1
-        entry = tuned.epoch_entry(schedule["epoch"], {"decay": schedule["decay"]},
-                                  functools.partial(trainer.error, state), data, loss, seconds, cpu_seconds,
-                                  more=(functools.partial(trainer.more_errors, state)
-                                        if hasattr(trainer, "more_errors") else None))
-        schedule["history"].append(entry)
-        schedule["finished"] = schedule_step(schedule, entry["validation_error"], params)
-        if schedule["best_epoch"] == schedule["epoch"]:
-            best = state
+class Successor(tuned.Baseline):
+    """A successor (or EBP at their protocol) as the tuned loop runs it (tuned.run): the schedule halves a factor
+    `decay` of the method's step sizes; the checkpoint holds the state and the best epoch's state; a run of
+    another seed than `tune_seed` adopts that seed's grid; a finished run's best epoch is evaluated."""
+    step, step_label, cpu_seconds = "decay", "decay", True
+
+    def label(self, params):
+        return f"{params['dataset']} {params['method']}-{params['architecture']} seed {params['seed']}"
+
+    def grid_keys(self, params):
+        return grid_keys(params)
+
+    def make_record(self, *args, **extra):
+        return make_record(*args, **extra)
+
+    def load_split(self, params, preprocessing, data_dir=None):
+        return load_split(params, preprocessing, data_dir)
+
+    def make_trainer(self, params, point, n_fit):
+        return make_trainer(params, point, n_fit)
+
+    def save_checkpoint(self, path, trainer, state, best, schedule):
         save_checkpoint(path, trainer, state, best, schedule)
-        write(schedule["history"], schedule)
-        echo(f"{label} epoch {schedule['epoch']}: validation {100 * entry['validation_error']:.2f}%, test "
-             f"{100 * entry['test_error']:.2f}% (decay {schedule['decay']:g}, {seconds:.1f} s)")
-    evaluation = None
-    if schedule["finished"]:
-        evaluation = evaluate_best(trainer, best, data, schedule["history"], schedule["best_epoch"], folder)
-    record = write(schedule["history"], schedule, finished=schedule["finished"], evaluation=evaluation)
-    if schedule["finished"]:
-        path.unlink(missing_ok=True)
-    return record
+
+    def load_checkpoint(self, path, trainer):
+        return load_checkpoint(path, trainer)
+
+    def adopt_grid(self, params, session, folder, data_dir, echo, allow_dirty):
+        if adopts_grid(params) and len(session.grid) < len(grid_keys(params)):
+            session.grid = adopted_grid(params, folder.parent / run_name(tuning_params(params)), data_dir, echo,
+                                        allow_dirty)
+            session.write([], None)
+            echo(f"{self.label(params)}: the grid of seed {params['tune_seed']} chose {choose_point(session.grid)}")
+
+    def finish(self, trainer, best, data, history, best_epoch, folder):
+        return {"evaluation": evaluate_best(trainer, best, data, history, best_epoch, folder)}
+
+
+SUCCESSOR = Successor()
+
+
+def _run_locked(params: dict, folder: Path, data_dir, echo, allow_dirty: bool, stop_after_epochs: int | None) -> dict:
+    """run's work, holding the folder's lock (tuned.run)."""
+    return tuned.run(SUCCESSOR, params, folder, data_dir, echo, allow_dirty, stop_after_epochs)
 
 
 def run_state(folder, params: dict) -> str:

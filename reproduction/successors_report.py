@@ -22,19 +22,20 @@ from ebp_lib import DEFAULT_UPDATE
 from reproduction import band, paired, records
 from reproduction import successors as sc
 from reproduction.results import DATASET_NAMES
+from successors import registry
 
 EBP_PROFILES = {"mnist": "paper", "fashion-mnist": "paper-fashion-mnist"}
 NETS = ("800", "800-800")
-METHOD_LABELS = {"ste": "STE / BinaryConnect", "bop": "Bop", "bayesbinn": "BayesBiNN", "ebp": "EBP (B-EBP-D / -P)",
+METHOD_LABELS = {**{m: registry.METHODS[m].label for m in registry.SUCCESSORS}, "ebp": "EBP (B-EBP-D / -P)",
                  "ebp-dropout": "EBP, dropout 0.8 (B-EBP-D / -P)", "ebp-tuned": "EBP tuned (D / P)",
-                 "ebp-tuned-dropout": "EBP tuned, dropout 0.8 (D / P)"}
+                 "ebp-tuned-dropout": "EBP tuned, dropout 0.8 (D / P)"}  # short: the tables fit the book's column
 EBP_METHODS = ("ebp", "ebp-dropout")  # the paper's Table 2 protocol, and Table 3's (sampled masks): EBP's best on two layers
 TUNED_EBP = ("ebp-tuned", "ebp-tuned-dropout")  # EBP tuned like the successors (successors.ebp)
 PAPER_PROTOCOL = dict(zip(TUNED_EBP, EBP_METHODS))  # each tuned variant's paper-protocol counterpart
-SUCCESSORS = ("ste", "bop", "bayesbinn")
+SUCCESSORS = registry.SUCCESSORS
 PROTOCOL_SEEDS = 3  # seeds 0, 1, 2 of every method, net and data set
 METHODS = EBP_METHODS + TUNED_EBP + SUCCESSORS
-COLOURS = {"ste": "tab:blue", "bop": "tab:orange", "bayesbinn": "tab:green", "ebp": "black", "ebp-dropout": "grey",
+COLOURS = {**{m: registry.METHODS[m].colour for m in registry.SUCCESSORS}, "ebp": "black", "ebp-dropout": "grey",
            "ebp-tuned": "tab:red", "ebp-tuned-dropout": "tab:purple"}
 
 

@@ -1,26 +1,218 @@
 """The harness of the tuned baselines: the backprop baseline (reproduction.backprop) and EBP's successors
-(reproduction.successors).
+(reproduction.successors), one protocol for both.
 
 Both train at one protocol shape: a grid scored on a validation split, then the chosen point trained with a halving
-schedule and early stopping, resumable, its test error that of the best-validation epoch. What their runs do alike
-is written here once: what a record's parameters give (expected, for records.record_problems), the fields every
-record of theirs has (record), the folder a run resumes and the session that rewrites its record (open_run, Session),
-the one data split kept in memory (one_split), a checkpoint resumed or set aside (resume), a run's progress for
---list (run_state), and the scripts' command over runs (command, run_jobs). What differs stays with each: the
-parameters, the grid's points, the trainer and its checkpoint.
+schedule and early stopping, resumable, its test error that of the best-validation epoch. That protocol is written
+here once: its values, validated once (TunedConfig: the split, batch, grid epochs, schedule and seed, every problem
+listed at once), the split (load_split) and epoch order (epoch_order), the grid (grid_keys, score_point) and its
+choice (choose_point), the schedule (schedule_step), and the one loop that runs it (run): grid, choice, resume,
+epochs with halving and early stop, the best epoch's evaluation, the record. A baseline brings its adapter (a
+Baseline: its parameters' record, its trainer and checkpoint) and a Trainer (initial state, one epoch, an error).
+Also here: what a record's parameters give (expected, for records.record_problems), the fields every record of
+theirs has (record), the folder a run resumes and the session that rewrites its record (open_run, Session), a
+checkpoint resumed or set aside (resume), a run's progress for --list (run_state), and the scripts' command over
+runs (command, run_jobs).
 """
 from __future__ import annotations
 
+import functools
+import math
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Protocol
+
+import numpy as np
 
 import ebp_checkpoint
+import ebp_data
 from reproduction import records
-from reproduction.folder import RESULT_FILE, differences, move_aside
+from reproduction.run_files import CHECKPOINT_FILE, RESULT_FILE, differences, move_aside
 
-FULL_TRAIN = 60000           # MNIST and Fashion-MNIST both have 60,000 training images
+FULL_TRAIN = ebp_data.train_size()  # MNIST and Fashion-MNIST both have 60,000 training images
 TRAIN_ERROR_IMAGES = 10000   # training error on the first 10,000 fit images, as EBP's runs record it
+DATASETS = tuple(ebp_data.DATASETS)
+PREPROCESSINGS = ("unit", "pixel", "global")  # ebp_data.standardise's, statistics of the fit part only
+# The protocol's values every tuned baseline has, each validated by TunedConfig.
+PROTOCOL_KEYS = ("preprocessing_grid", "batch_size", "grid_epochs", "max_epochs", "patience", "stop_patience",
+                 "n_validation", "n_train", "seed")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The protocol's values: validated once, every problem listed
+# ----------------------------------------------------------------------------------------------------------
+
+def hidden_layers(architecture: str) -> tuple[int, ...]:
+    """Hidden layer sizes of an architecture name as in the EBP runs ("800", "200-200")."""
+    try:
+        sizes = tuple(int(part) for part in str(architecture).split("-"))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"architecture {architecture!r} is not hidden sizes joined by '-', e.g. '800' or '200-200'")
+    return sizes
+
+
+def is_count(value, low: int = 1) -> bool:
+    """Whether `value` is an integer (not a bool) of at least `low`."""
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= low
+
+
+def positive_int(name: str, value) -> int:
+    if not is_count(value):
+        raise ValueError(f"{name}={value!r} must be a positive integer")
+    return int(value)
+
+
+def check_choice(what: str, value, choices) -> None:
+    """ValueError naming the choices if `value` (a run's `what`: dataset, method, ...) is not one of them."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; choose one of {list(choices)}")
+
+
+def check_dataset(dataset: str) -> None:
+    check_choice("dataset", dataset, DATASETS)
+
+
+def check_overrides(overrides, overridable) -> None:
+    """ValueError naming the overridable values if `overrides` names another."""
+    unknown = set(overrides) - set(overridable)
+    if unknown:
+        raise ValueError(f"cannot override {sorted(unknown)}; overridable: {sorted(overridable)}")
+
+
+def protocol_problems(dataset: str, p: dict, preprocessings, max_seed=None, seed_note="") -> tuple[dict, list[str]]:
+    """(the protocol's values normalised, the problems found in them): counts positive, n_train at most the
+    FULL_TRAIN images (None: all), n_validation below it, a batch no larger than the images trained on, a seed
+    >= 0 (and at most `max_seed`, `seed_note` saying why), preprocessing_grid some of `preprocessings` (repeats
+    dropped). A check that needs a bad value is skipped."""
+    problems = [f"unknown dataset {dataset!r}; choose one of {list(DATASETS)}"] if dataset not in DATASETS else []
+    counts = {}
+    for name in ("n_validation", "batch_size", "grid_epochs", "max_epochs", "patience", "stop_patience"):
+        if is_count(p[name]):
+            counts[name] = int(p[name])
+        else:
+            problems.append(f"{name}={p[name]!r} must be a positive integer")
+    n_images = FULL_TRAIN if p["n_train"] is None else p["n_train"]
+    if not is_count(n_images):
+        problems.append(f"n_train={n_images!r} must be a positive integer")
+        n_images = None
+    elif n_images > FULL_TRAIN:
+        problems.append(f"n_train={n_images} exceeds the {FULL_TRAIN:,} training images of {dataset}")
+        n_images = None
+    n_validation, batch_size = counts.get("n_validation"), counts.get("batch_size")
+    if n_images is not None and n_validation is not None:
+        if n_validation >= n_images:
+            problems.append(f"n_validation={n_validation} must be smaller than the {n_images} training images used")
+        elif batch_size is not None and batch_size > n_images - n_validation:
+            problems.append(f"batch_size={batch_size} exceeds the {n_images - n_validation} images trained on")
+    seed = p["seed"]
+    if max_seed is None and not is_count(seed, 0):
+        problems.append(f"seed={seed!r} must be an integer >= 0")
+    elif max_seed is not None and not (is_count(seed, 0) and seed <= max_seed):
+        problems.append(f"seed={seed!r} must be an integer in 0..{max_seed:,}{seed_note}")
+    grid = list(dict.fromkeys(p["preprocessing_grid"]))
+    if not grid or not set(grid) <= set(preprocessings):
+        problems.append(f"preprocessing_grid {p['preprocessing_grid']} must name some of {list(preprocessings)}")
+    values = {**counts, "preprocessing_grid": grid, "seed": int(seed) if is_count(seed, 0) else seed,
+              "n_train": None if n_images in (None, FULL_TRAIN) else int(n_images)}
+    return values, problems
+
+
+@dataclass(frozen=True)
+class TunedConfig:
+    """One tuned baseline's run, validated when it is built (ValueError listing every problem) and never changed
+    after: `dataset`, the protocol's values (`protocol`, PROTOCOL_KEYS), the method's own parameters (`own`, which
+    its adapter normalised, its problems in `problems`), and `layout`, the order of the record's parameters.
+    `preprocessings` are the names preprocessing_grid may use, `max_seed` the largest seed (`seed_note`: why).
+    parameters() is the dict a record holds."""
+    dataset: str
+    protocol: dict
+    own: dict
+    layout: tuple
+    preprocessings: tuple = PREPROCESSINGS
+    problems: tuple = field(default=(), compare=False)
+    max_seed: int | None = None
+    seed_note: str = ""
+
+    def __post_init__(self):
+        missing = set(PROTOCOL_KEYS) - set(self.protocol)
+        if missing:
+            raise ValueError(f"protocol values missing: {sorted(missing)}")
+        values, problems = protocol_problems(self.dataset, dict(self.protocol), self.preprocessings, self.max_seed,
+                                             self.seed_note)
+        problems = [*problems, *self.problems]
+        if problems:
+            raise ValueError("; ".join(problems))
+        object.__setattr__(self, "protocol", MappingProxyType(values))
+        object.__setattr__(self, "own", MappingProxyType(dict(self.own)))
+        fields = {"dataset": self.dataset, **values, **self.own}
+        if set(self.layout) != set(fields):
+            raise ValueError(f"layout {list(self.layout)} does not list the parameters {sorted(fields)}")
+
+    def parameters(self) -> dict:
+        """The run's parameters as its record holds them, in `layout`'s order."""
+        fields = {"dataset": self.dataset, **self.protocol, **self.own}
+        return {k: fields[k] for k in self.layout}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The protocol: the split, the epoch order, the grid and its choice, the schedule
+# ----------------------------------------------------------------------------------------------------------
+
+def load_split(params: dict, preprocessing: str, data_dir=None, std_floor: float = 0.0) -> dict[str, np.ndarray]:
+    """Fit, validation and test arrays of a run: the last n_validation training images held out, the
+    preprocessing's statistics (its standard deviations floored at `std_floor`) taken from the fit part only."""
+    raw = ebp_data.load_raw(params["dataset"], data_dir)
+    n_images = params["n_train"] or FULL_TRAIN
+    images, labels = raw["train_images"][:n_images], raw["train_labels"][:n_images].astype(np.int64)
+    n_fit = n_images - params["n_validation"]
+    x_fit, x_rest = ebp_data.standardise(images[:n_fit], np.concatenate([images[n_fit:], raw["test_images"]]),
+                                        preprocessing, std_floor, np.float32)
+    return {"x_fit": x_fit, "y_fit": labels[:n_fit],
+            "x_val": x_rest[:params["n_validation"]], "y_val": labels[n_fit:],
+            "x_test": x_rest[params["n_validation"]:], "y_test": raw["test_labels"].astype(np.int64)}
+
+
+def epoch_order(params: dict, n: int, epoch: int) -> np.ndarray:
+    """The shuffled order of epoch `epoch` (0-based): a function of seed and epoch only, so that a resumed run
+    visits the images exactly as an uninterrupted one, and the chosen grid point's epochs are the training's
+    first epochs."""
+    return np.random.default_rng([params["seed"], 1, epoch]).permutation(n)
+
+
+def grid_keys(preprocessing_grid, grid: dict) -> list[dict]:
+    """Every grid point: preprocessing x each hyperparameter of `grid` ({name: values}) in turn, as dicts."""
+    points = [{"preprocessing": p} for p in preprocessing_grid]
+    for name, values in grid.items():
+        points = [{**point, name: v} for point in points for v in values]
+    return points
+
+
+def choose_point(points: list[dict], tie: str | None = None) -> dict:
+    """The grid point with the lowest validation error after the last grid epoch (ties: the smaller `tie`, or
+    the first listed)."""
+    if not points:
+        raise ValueError("no grid points to choose from")
+    if tie is None:
+        return min(points, key=lambda p: p["validation_error"][-1])
+    return min(points, key=lambda p: (p["validation_error"][-1], p[tie]))
+
+
+def schedule_step(state: dict, validation_error: float, params: dict, step: str = "learning_rate") -> bool:
+    """After an epoch: keep a new best, or count an epoch without one; halve state[step] (the learning rate, or a
+    factor of the step sizes) every `patience` such epochs; return True when training stops (`stop_patience`
+    epochs without a new best, or `max_epochs`)."""
+    if state["best_validation_error"] is None or validation_error < state["best_validation_error"]:
+        state["best_validation_error"], state["best_epoch"], state["epochs_without_best"] = (
+            validation_error, state["epoch"], 0)
+    else:
+        state["epochs_without_best"] += 1
+        if state["epochs_without_best"] % params["patience"] == 0:
+            state[step] /= 2
+    return state["epochs_without_best"] >= params["stop_patience"] or state["epoch"] >= params["max_epochs"]
 
 
 def expected(data: dict, read_parameters, protocol_label, describe_protocol) -> records.Expected | list[str]:
@@ -216,3 +408,169 @@ def run_jobs(jobs, run, run_state, allow_dirty: bool, data_dir=None) -> int:
             continue
         print(f"{params['dataset']} {folder.name}: {run_state(folder, params)}")
     return 1 if failed else 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The loop every tuned baseline runs: its grid, the choice, the chosen point trained with its schedule
+# ----------------------------------------------------------------------------------------------------------
+
+class Trainer(Protocol):
+    """One method, net and grid point as the loop trains it: its initial state, one epoch (state, x, y, the
+    0-based epoch, the step size or factor it trains with) giving (new state, loss or None for a method that
+    computes none), and the error of a state's deployed net on (x, y). A trainer may add more_errors(state, x, y),
+    {name: error} of its other outputs (epoch_entry)."""
+
+    def initial(self): ...
+
+    def train_epoch(self, state, x, y, epoch: int, step: float): ...
+
+    def error(self, state, x, y) -> float: ...
+
+
+class Baseline:
+    """What the loop (run) asks of a tuned baseline beside its Trainer; an adapter (reproduction.backprop,
+    reproduction.successors) subclasses it. `step` names the quantity the schedule halves (in the checkpoint's
+    schedule and each epoch's history), `step_label` names it in progress lines; `cpu_seconds`: whether epochs and
+    grid points record the process's CPU seconds beside wall seconds; `tie`: choose_point's tie-break."""
+    step, step_label, cpu_seconds, tie = "learning_rate", "rate", False, None
+
+    def label(self, params: dict) -> str:
+        raise NotImplementedError
+
+    def grid_keys(self, params: dict) -> list[dict]:
+        raise NotImplementedError
+
+    def describe_point(self, point: dict) -> str:
+        return str(point)
+
+    def make_record(self, params, grid, history, schedule, finished, sessions, **extra) -> dict:
+        raise NotImplementedError
+
+    def load_split(self, params: dict, preprocessing: str, data_dir=None) -> dict:
+        return load_split(params, preprocessing, data_dir)
+
+    def make_trainer(self, params: dict, point: dict, n_fit: int) -> Trainer:
+        raise NotImplementedError
+
+    def first_step(self, point: dict) -> float:
+        """The step the grid scores `point` with, and its training's first."""
+        return 1.0
+
+    def initial_schedule(self, params: dict, point: dict) -> dict:
+        return {"epoch": 0, self.step: self.first_step(point), "best_epoch": None, "best_validation_error": None,
+                "epochs_without_best": 0, "history": [], "finished": False}
+
+    def save_checkpoint(self, path: Path, trainer, state, best, schedule: dict) -> None:
+        raise NotImplementedError
+
+    def load_checkpoint(self, path: Path, trainer) -> tuple:
+        """(state, best state, schedule) of the checkpoint at `path`; ebp_checkpoint.CheckpointError if it cannot
+        be resumed (resume sets it aside)."""
+        raise NotImplementedError
+
+    def diverged(self, trainer, state, loss) -> bool:
+        """Whether an epoch's state or loss (None: the method computes none) says training diverged."""
+        return loss is not None and not math.isfinite(loss)
+
+    def divergence(self, epoch: int, step: float) -> str:
+        return (f"the loss became non-finite in epoch {epoch}; the grid chose a step size too large for the full "
+                f"run")
+
+    def adopt_grid(self, params: dict, session, folder: Path, data_dir, echo, allow_dirty: bool) -> None:
+        """Fill session.grid from another run's grid where this run uses that run's choice (none by default)."""
+
+    def finish(self, trainer, best, data: dict, history: list[dict], best_epoch: int, folder: Path) -> dict:
+        """The record's fields a finished run adds (the best epoch's evaluation; none by default)."""
+        return {}
+
+
+def timed(cpu: bool):
+    """seconds(): wall (and, where `cpu`, the process's CPU) seconds since the call."""
+    start, cpu_start = time.perf_counter(), time.process_time()
+    return lambda: (time.perf_counter() - start, time.process_time() - cpu_start if cpu else None)
+
+
+def score_point(baseline: Baseline, params: dict, data: dict, point: dict) -> dict:
+    """Validation error of the deployed net after each of `grid_epochs` epochs at one grid point, from the run's
+    initial state; a point whose state diverges scores 1.0 from then on and is marked so."""
+    trainer = baseline.make_trainer(params, point, len(data["x_fit"]))
+    state, errors, diverged = trainer.initial(), [], False
+    seconds = timed(baseline.cpu_seconds)
+    with np.errstate(over="ignore", invalid="ignore"):  # a diverging point's overflow is its score, not a fault
+        for epoch in range(params["grid_epochs"]):
+            if not diverged:
+                state, loss = trainer.train_epoch(state, data["x_fit"], data["y_fit"], epoch,
+                                                  baseline.first_step(point))
+                diverged = baseline.diverged(trainer, state, loss)
+            errors.append(1.0 if diverged else trainer.error(state, data["x_val"], data["y_val"]))
+    wall, cpu = seconds()
+    return {**point, "validation_error": errors, "diverged": diverged, "train_seconds": round(wall, 2),
+            **({} if cpu is None else {"cpu_seconds": round(cpu, 2)})}
+
+
+def run_grid(baseline: Baseline, params: dict, session: Session, data_for, echo) -> list[dict]:
+    """Every grid point not yet in session.grid scored (score_point), the record rewritten after each."""
+    label = baseline.label(params)
+    for point in baseline.grid_keys(params):
+        if any(all(p.get(k) == v for k, v in point.items()) for p in session.grid):
+            continue
+        result = score_point(baseline, params, data_for(point["preprocessing"]), point)
+        session.grid.append(result)
+        session.write([], None)
+        echo(f"{label}: {baseline.describe_point(point)} -> validation error "
+             f"{100 * result['validation_error'][-1]:.2f}%")
+    return session.grid
+
+
+def run(baseline: Baseline, params: dict, folder, data_dir=None, echo=print, allow_dirty: bool = False,
+        stop_after_epochs: int | None = None) -> dict:
+    """Train one run to the end (or `stop_after_epochs` more epochs), resuming what `folder` holds; returns the
+    record written to folder/result.json.
+
+    Checks the code state and the folder before writing anything (Session); then the grid (resumed per point),
+    its choice, and the chosen point's training (resumed per epoch from checkpoint.npz; a bad checkpoint is set
+    aside and training restarts), each epoch's step halved and training stopped by schedule_step; the state of
+    the best-validation epoch kept, and a finished run's fields (Baseline.finish) added. The checkpoint is kept
+    until the finished record is written, then removed."""
+    folder = Path(folder)
+    session = Session(folder, params, allow_dirty, baseline.make_record)
+    if session.previous and session.previous.get("finished"):
+        return session.previous
+    label = baseline.label(params)
+    data_for = one_split(lambda preprocessing: baseline.load_split(params, preprocessing, data_dir))
+    baseline.adopt_grid(params, session, folder, data_dir, echo, allow_dirty)
+    chosen = choose_point(run_grid(baseline, params, session, data_for, echo), baseline.tie)
+    point = {k: chosen[k] for k in baseline.grid_keys(params)[0]}
+    data = data_for(point["preprocessing"])
+    trainer = baseline.make_trainer(params, point, len(data["x_fit"]))
+    path = folder / CHECKPOINT_FILE
+    state = best = trainer.initial()
+    schedule = baseline.initial_schedule(params, point)
+    state, best, schedule = resume(path, lambda p: baseline.load_checkpoint(p, trainer), echo) or (
+        state, best, schedule)
+    session.session["from_epoch"] = schedule["epoch"]
+    stop_at = None if stop_after_epochs is None else schedule["epoch"] + stop_after_epochs
+    while not schedule["finished"] and schedule["epoch"] != stop_at:
+        seconds, step = timed(baseline.cpu_seconds), schedule[baseline.step]
+        state, loss = trainer.train_epoch(state, data["x_fit"], data["y_fit"], schedule["epoch"], step)
+        wall, cpu = seconds()
+        if baseline.diverged(trainer, state, loss):
+            raise FloatingPointError(f"{label}: {baseline.divergence(schedule['epoch'] + 1, step)}")
+        schedule["epoch"] += 1
+        more = getattr(trainer, "more_errors", None)
+        entry = epoch_entry(schedule["epoch"], {baseline.step: step}, functools.partial(trainer.error, state), data,
+                            loss, wall, cpu, more=None if more is None else functools.partial(more, state))
+        schedule["history"].append(entry)
+        schedule["finished"] = schedule_step(schedule, entry["validation_error"], params, baseline.step)
+        if schedule["best_epoch"] == schedule["epoch"]:
+            best = state
+        baseline.save_checkpoint(path, trainer, state, best, schedule)
+        session.write(schedule["history"], schedule)
+        echo(f"{label} epoch {schedule['epoch']}: validation {100 * entry['validation_error']:.2f}%, test "
+             f"{100 * entry['test_error']:.2f}% ({baseline.step_label} {step:g}, {wall:.1f} s)")
+    extra = {} if not schedule["finished"] else baseline.finish(trainer, best, data, schedule["history"],
+                                                                schedule["best_epoch"], folder)
+    record = session.write(schedule["history"], schedule, finished=schedule["finished"], **extra)
+    if schedule["finished"]:
+        path.unlink(missing_ok=True)
+    return record

@@ -9,9 +9,13 @@ Examples (from the repository root; `python` is the project's interpreter):
   python scripts/run_architecture.py c5x16s2-c5x32s2 --weights real --dataset fashion-mnist --epochs 30
   python scripts/run_architecture.py c5x16s2-c5x32s2 --epochs 30 --seed 0 1 2 --group-seeds   # seeds side by side
   python scripts/run_architecture.py c5x16s2-c5x32s2 --epochs 30 --list                     # states, no training
+  python scripts/run_architecture.py lenet wide --epochs 30 --seed 0 1 2 --init variance1   # catalogue names
 
+A name is an architecture name or an entry of ebp_conv_catalogue.CNNS ("lenet", "wide"); --init names an
+initialisation scheme of ebp_conv_catalogue (default "reference": init_scale 1), recorded as the run's init_scale.
 Runs land in <runs-dir>/<profile>[-<dataset>]/<weights>-<architecture>[-seed<N>]/, the profile being
-"named-e<epochs>" (all 60,000 training images, batch 10, unless --n-train says otherwise). Convolutional layers train
+"named-e<epochs>" (all 60,000 training images, batch 10, unless --n-train says otherwise), with "-<scheme>" added
+for a scheme other than the reference (ebp_conv_catalogue.profile_name). Convolutional layers train
 on the jax engine (the default here); the fast engine refuses them. Killing the runner loses at most each run's
 epoch in progress: rerun the same command to resume.
 """
@@ -23,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import ebp_conv_catalogue as catalogue
 import ebp_train
 from reproduction import folder, group, paper_tables, parameters, runner
 
@@ -36,7 +41,10 @@ def named_rows(architectures, weights) -> list[dict]:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("architectures", nargs="+", metavar="NAME", help="e.g. c5x16s2-c5x32s2, 800-800, block13")
+    parser.add_argument("architectures", nargs="+", metavar="NAME",
+                        help=f"e.g. c5x16s2-c5x32s2, 800-800, block13, or a catalogue name ({', '.join(catalogue.CNNS)})")
+    parser.add_argument("--init", choices=catalogue.INIT_SCHEMES, default=catalogue.DEFAULT_SCHEME,
+                        help="initialisation scheme (ebp_conv_catalogue)")
     parser.add_argument("--weights", nargs="+", choices=parameters.WEIGHTS, default=["binary"])
     parser.add_argument("--dataset", choices=parameters.DATASET_CHOICES, default="mnist")
     parser.add_argument("--epochs", type=int, default=30)
@@ -48,6 +56,7 @@ def parse_args(argv=None):
     parser.add_argument("--runs-dir", type=Path, default=folder.RUNS_DIR)
     parser.add_argument("--list", action="store_true", help="show each run's state and train nothing")
     args = parser.parse_args(argv)
+    args.architectures = [catalogue.architecture_of(name) for name in args.architectures]
     for name in args.architectures:
         try:
             parameters.architecture_layers(name)
@@ -60,14 +69,23 @@ def parse_args(argv=None):
     return args
 
 
+def make_jobs(args) -> list[dict]:
+    """The runner's jobs of parsed arguments: one per architecture, weight type and seed, each RunConfig with the
+    scheme's init_scale (the one setting the tables' jobs leave at its default). ValueError for a bad combination."""
+    profile = {"name": catalogue.profile_name(args.epochs, args.n_train, args.init),
+               "epochs": args.epochs, "n_train": args.n_train, "batch_size": 10}
+    jobs = paper_tables.make_jobs(named_rows(args.architectures, args.weights), profile, runs_dir=args.runs_dir,
+                                  seeds=list(dict.fromkeys(args.seed)),
+                                  dataset=None if args.dataset == "mnist" else args.dataset, engine=args.engine)
+    for job in jobs:
+        job["config"] = job["config"].replace(init_scale=catalogue.init_scale(args.init, job["config"].architecture))
+    return jobs
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    profile = {"name": f"named-e{args.epochs}" + (f"-n{args.n_train}" if args.n_train else ""),
-               "epochs": args.epochs, "n_train": args.n_train, "batch_size": 10}
     try:
-        jobs = paper_tables.make_jobs(named_rows(args.architectures, args.weights), profile, runs_dir=args.runs_dir,
-                                      seeds=list(dict.fromkeys(args.seed)),
-                                      dataset=None if args.dataset == "mnist" else args.dataset, engine=args.engine)
+        jobs = make_jobs(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -31,10 +31,10 @@ import sys
 
 from reproduction import successors as sc
 from reproduction import tuned
+from successors import registry
 
-SUCCESSOR_NAMES = ("ste", "bop", "bayesbinn")  # successors.METHODS, without importing JAX to parse a command line
-EBP_NAMES = ("ebp-tuned", "ebp-tuned-dropout")  # EBP on the successors' terms (successors.ebp)
-METHOD_NAMES = SUCCESSOR_NAMES + EBP_NAMES
+SUCCESSOR_NAMES = registry.SUCCESSORS  # the registry imports no method: the command line is parsed without JAX
+METHOD_NAMES = tuple(registry.METHODS)  # and EBP on the successors' terms (successors.ebp)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -142,6 +142,13 @@ def mc_probabilities(state: dict, x: np.ndarray, key, n_samples: int) -> np.ndar
     return total / n_samples
 
 
+def predictive_outputs(state: dict, x: np.ndarray, key, n_samples: int) -> dict:
+    """The outputs beside the deployed net (successors.registry): the Monte Carlo predictive over `n_samples` nets
+    w ~ q (mc_probabilities) and the mean net's softmax (mean_weights)."""
+    return {"predictive": mc_probabilities(state, x, key, n_samples),
+            "mean": mlp.softmax(mlp.predict_logits(mean_weights(state), state["real"], state["stats"], x))}
+
+
 def enumerated_probabilities(state: dict, x: np.ndarray) -> np.ndarray:
     """The mean-field predictive Σ_w q(w) softmax(z(x; w)) by enumerating every ±1 net (2^(number of weights)
     nets: a net of a few weights only)."""

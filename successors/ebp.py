@@ -6,7 +6,7 @@ trained to its best-validation epoch within `max_epochs` (early stopping after `
 new best). What differs is only what EBP is:
 
 - training: the fast engine (ebp_train.train_steps, engine "fast": float32, one compiled call per epoch), binary
-  weights, batch 10 (the paper's), the harness's epoch order (backprop.epoch_order); sampled dropout masks drawn
+  weights, batch 10 (the paper's), the harness's epoch order (tuned.epoch_order); sampled dropout masks drawn
   from a generator seeded by (seed, 2, epoch), so that a resumed run draws what an uninterrupted one draws;
 - no step size: the harness's halving after `patience` epochs without a best has nothing to halve (EBP's update
   is Bayes' rule, not a gradient step); only the early stop and the best-epoch rule act;
@@ -51,20 +51,13 @@ FIXED_KEEP = {"ebp-tuned": 1.0, "ebp-tuned-dropout": 0.8}  # the paper's sampled
 
 
 def load_split(params: dict, preprocessing: str, data_dir=None) -> dict[str, np.ndarray]:
-    """backprop.load_split with the std floor of PREPROCESSINGS: the same 50,000 fit and 10,000 validation images
+    """tuned.load_split with the std floor of PREPROCESSINGS: the same 50,000 fit and 10,000 validation images
     (the last n_validation held out), statistics from the fit part only, float32."""
     if preprocessing not in PREPROCESSINGS:
         raise ValueError(f"unknown preprocessing {preprocessing!r}; choose one of {list(PREPROCESSINGS)}")
     mode, floor = PREPROCESSINGS[preprocessing]
-    raw = ebp_data.load_raw(params["dataset"], data_dir)
-    n_images = params["n_train"] or len(raw["train_images"])
-    images, labels = raw["train_images"][:n_images], raw["train_labels"][:n_images].astype(np.int64)
-    n_fit = n_images - params["n_validation"]
-    x_fit, x_rest = ebp_data.standardise(images[:n_fit], np.concatenate([images[n_fit:], raw["test_images"]]),
-                                        mode, floor, np.float32)
-    return {"x_fit": x_fit, "y_fit": labels[:n_fit],
-            "x_val": x_rest[:params["n_validation"]], "y_val": labels[n_fit:],
-            "x_test": x_rest[params["n_validation"]:], "y_test": raw["test_labels"].astype(np.int64)}
+    from reproduction import tuned
+    return tuned.load_split(params, mode, data_dir, floor)
 
 
 def class_probabilities(mu: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
@@ -94,9 +87,9 @@ class Trainer:
     epoch's state beside the current one)."""
 
     def __init__(self, params: dict, point: dict, n_fit: int):
-        from reproduction import backprop
-        self.params, self.point, self.epoch_order = params, point, backprop.epoch_order
-        self.architecture = [*backprop.hidden_layers(params["architecture"]), 10]
+        from reproduction import tuned
+        self.params, self.point, self.epoch_order = params, point, tuned.epoch_order
+        self.architecture = [*tuned.hidden_layers(params["architecture"]), 10]
         self.keep = float(params["fixed"]["keep"])
 
     def initial(self) -> ebp_lib.Network:
@@ -185,4 +178,9 @@ class Method:
         return load_split(params, preprocessing, data_dir)
 
 
-VARIANTS = tuple(Method(name) for name in FIXED_KEEP)
+VARIANTS = {name: Method(name) for name in FIXED_KEEP}
+
+
+def variant(name: str) -> Method:
+    """The EBP variant `name` of successors.registry."""
+    return VARIANTS[name]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import cell_row, fake_result
 from scipy import stats
 
 from reproduction import agreement, band, paper_tables, results
-from tests.fake_runs import cell_row, fake_result
 
 PAPER = "paper"
 SPREAD = (0.0, 0.001, -0.001)  # three seeds, SD 0.1 points: t(2)·0.1·sqrt(1 + 1/3) = 0.497

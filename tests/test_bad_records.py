@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_runs import cell_row, fake_result, load_script, write_result
+from helpers import cell_row, fake_result, load_script, write_result
 
 import ebp_checkpoint
 from reproduction import folder, parameters, records, runner, tuned

@@ -3,10 +3,10 @@ is pooled, split by depth, or taken per cell on its own degrees of freedom; and 
 from __future__ import annotations
 
 import pytest
+from helpers import cell_row, fake_result
 from scipy import stats
 
 from reproduction import agreement, band, results
-from tests.fake_runs import cell_row, fake_result
 
 ONE_LAYER = ("200", "400", "600", "800", "1000")
 TWO_LAYER = ("[200,200]", "[400,400]", "[600,600]", "[800,800]")

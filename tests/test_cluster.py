@@ -135,6 +135,7 @@ def test_a_worker_that_cannot_import_the_project_fails_the_runs_at_once(tmp_path
     assert took < 60 and alive, (took, alive)  # bounded, and the worker was not killed by a task it cannot load
 
 
+@pytest.mark.alone  # it times a killed worker's end: a second xdist worker beside it could stretch that
 def test_a_worker_that_dies_fails_its_run_within_a_bounded_time(tmp_path, cluster_dir, scheduler, real_data_dir):
     """The only worker is killed while it trains (SIGKILL to it and its nanny): once no worker that could run the
     jobs has been connected for `worker_wait` seconds, the running run and the one queued behind it fail, naming

@@ -9,6 +9,8 @@ import pytest
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
 
+from helpers import check_forward  # noqa: E402
+
 import ebp_data  # noqa: E402 (after jax.config: float64)
 import ebp_jax  # noqa: E402
 import ebp_lib  # noqa: E402
@@ -40,15 +42,8 @@ def test_forward_and_outputs_equal_the_reference(weights, architecture, dropout)
     """μ and σ² of every layer (test time), EBP-P and EBP-D: JAX's convolutions equal ebp_conv's to 1e-12."""
     net = trained_net(weights, architecture, dropout)
     x = small_data(20, seed=5)[0]
-    s, params = ebp_jax.structure(net), ebp_jax.parameters(net)
-    moments = [ebp_jax.weight_moments(h, mask, s) for (h, _), mask in zip(params, s.masks)]
-    scales = [net.keep if net.dropout == "sampled" else None] * len(net.layers)
-    got = list(ebp_jax.forward([m for m, _ in moments], [b for _, b in params], [w2 for _, w2 in moments], x,
-                               scales, s))
-    reference = ebp_lib.forward(net, x)
-    for (mu, sigma2), mu_ref, sigma2_ref in zip(got, reference.mu, reference.sigma2):
-        np.testing.assert_allclose(np.asarray(mu), mu_ref, rtol=0, atol=1e-12 * max(1.0, np.abs(mu_ref).max()))
-        np.testing.assert_allclose(np.asarray(sigma2), sigma2_ref, rtol=1e-12)
+    check_forward(net, x)
+    params, s = ebp_jax.parameters(net), ebp_jax.structure(net)
     np.testing.assert_allclose(np.asarray(ebp_jax.ebp_p(params, x, s)), ebp_lib.output_ebp_p(net, x), atol=1e-12)
     d_ref = ebp_lib.output_ebp_d(net, x)
     np.testing.assert_allclose(np.asarray(ebp_jax.ebp_d(params, x, s)), d_ref, atol=1e-12 * np.abs(d_ref).max())

@@ -36,3 +36,30 @@ def test_bad_names_and_options_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as stop:
         script().parse_args(argv)
     assert stop.value.code == 2
+
+
+def test_catalogue_names_and_init_schemes_become_jobs(tmp_path):
+    """Catalogue names resolve to their architectures; --init variance1 gives every run init_scale = the first
+    layer's fan-in (25 for a 5x5 convolution) and its own profile folder; the reference keeps init_scale 1."""
+    run = script()
+    args = run.parse_args(["lenet", "wide", "--init", "variance1", "--seed", "0", "1", "--runs-dir", str(tmp_path)])
+    jobs = run.make_jobs(args)
+    assert [job["key"] for job in jobs] == ["binary-c5x6s2-c5x16s2-100", "binary-c5x6s2-c5x16s2-100-seed1",
+                                            "binary-c5x16s2-c5x32s2", "binary-c5x16s2-c5x32s2-seed1"]
+    assert all(job["config"].init_scale == 25.0 for job in jobs)
+    assert all(Path(job["output_dir"]).parent.name == "named-e30-variance1" for job in jobs)
+    assert jobs[0]["config"].layers == [("conv", 5, 6, 2), ("conv", 5, 16, 2), 100, 10]
+    reference = run.make_jobs(run.parse_args(["lenet", "--runs-dir", str(tmp_path)]))
+    assert reference[0]["config"].init_scale == 1.0 and Path(reference[0]["output_dir"]).parent.name == "named-e30"
+
+
+def test_catalogue_schemes_read_back():
+    import ebp_conv_catalogue as catalogue
+
+    assert catalogue.scheme_of({"architecture": "c5x16s2-c5x32s2", "init_scale": 25.0}) == "variance1"
+    assert catalogue.scheme_of({"architecture": "800-800", "init_scale": 784.0}) == "variance1"
+    assert catalogue.scheme_of({"architecture": "800", "init_scale": 1.0}) == "reference"
+    assert catalogue.scheme_of({"architecture": "800", "init_scale": 3.0}) == "init_scale 3"
+    assert catalogue.catalogue_name("c5x16s2-c5x32s2") == "wide" and catalogue.architecture_of("800") == "800"
+    with pytest.raises(ValueError, match="unknown initialisation scheme"):
+        catalogue.init_scale("glorot", "800")

@@ -499,3 +499,25 @@ def test_real_n_train_subset(real_data_dir, mnist_raw, mnist_pixel):
     np.testing.assert_array_equal(d.labels_train, mnist_raw["train_labels"][:1000])
     np.testing.assert_allclose(d.x_train.mean(0), 0, atol=1e-9)  # statistics of the kept images only
     assert not np.allclose(d.x_test, mnist_pixel.x_test)
+
+
+FACTS = ("name", "n_train", "n_test", "image_side", "n_classes", "target_error", "works_well_percent", "mirrors", "md5")
+
+
+def test_each_data_set_states_its_facts_once_and_the_code_reads_them():
+    """Every entry of ebp_data.DATASETS has the facts the experiments and reports read, and those modules take
+    them from there (a new data set is one entry)."""
+    from reproduction import findings, parameters, results, successors, tuned
+    assert all(set(FACTS) <= set(facts) for facts in ebp_data.DATASETS.values())
+    assert parameters.DATASET_CHOICES == tuned.DATASETS == tuple(ebp_data.DATASETS)
+    assert results.DATASET_NAMES == {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST"}
+    assert successors.TARGET_ERROR == {"mnist": 0.03, "fashion-mnist": 0.15}
+    assert findings.WORKS_WELL_BY_DATASET == {"mnist": 5.0, "fashion-mnist": 15.0}
+    assert parameters.FULL_TRAIN == tuned.FULL_TRAIN == 60000 and parameters.INPUT_SIDE == 28
+
+
+def test_a_fact_the_data_sets_do_not_share_must_be_asked_per_data_set(monkeypatch):
+    monkeypatch.setitem(ebp_data.DATASETS, "wider", {**ebp_data.DATASETS["mnist"], "image_side": 32})
+    with pytest.raises(ValueError, match="differ in image_side"):
+        ebp_data.image_side()
+    assert ebp_data.train_size() == 60000

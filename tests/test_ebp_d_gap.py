@@ -275,7 +275,7 @@ def test_the_committed_report_and_its_conclusions_are_generated_from_the_records
     import copy
     import json
 
-    from fake_runs import ROOT, load_script
+    from helpers import ROOT, load_script
 
     script = load_script("ebp_d_gap")
     folder = ROOT / "outputs" / "ablations" / "ebp-d-gap"

@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from helpers import assert_resumes_to_the_same_record
 from scipy import stats
 
 import ebp_lib
@@ -108,13 +109,7 @@ def test_an_interrupted_ebp_run_resumes_to_the_same_record_and_keeps_its_predict
     labels = sc.load_split(params, "unit", real_data_dir)["y_test"]
     assert np.mean(predictions["deployed"] != labels) == evaluation["packed"]["error"]
     assert np.mean(predictions["predictive"] != labels) == evaluation["outputs"]["predictive"]["test_error"]
-    partial = sc.run(params, tmp_path / "part", real_data_dir, stop_after_epochs=1, **quiet)
-    assert not partial["finished"] and (tmp_path / "part" / sc.CHECKPOINT_FILE).exists()
-    resumed = sc.run(params, tmp_path / "part", real_data_dir, **quiet)
-    timings = ("train_seconds", "cpu_seconds")
-    strip = [{k: v for k, v in h.items() if k not in timings} for h in whole["history"]]
-    assert [{k: v for k, v in h.items() if k not in timings} for h in resumed["history"]] == strip
-    assert resumed["evaluation"]["outputs"] == whole["evaluation"]["outputs"]
+    assert_resumes_to_the_same_record(sc, params, whole, tmp_path / "part", real_data_dir)
 
 
 def test_predictions_files_hold_uint8_classes_and_refuse_anything_else(tmp_path):

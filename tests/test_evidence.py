@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_runs import cell_row, fake_notebook, fake_result, write_result
+from helpers import cell_row, fake_notebook, fake_result, write_result
 
 from reproduction import folder, parameters, records, runner
 from reproduction.folder import EXECUTED_FILE, RESULT_FILE, VERIFICATION_FILE, job_state, sha256

@@ -15,18 +15,16 @@ import re
 import numba
 import numpy as np
 import pytest
+from helpers import RTOL, SIDE, assert_close_networks, data, net_for
 from scipy import special
 
-import ebp_data
 import ebp_fast
 import ebp_lib as ebp
 import ebp_train
 
-SIDE = 12  # 144 inputs: small enough that 300 reference updates take milliseconds
 # The float32 engines held to the reference by the same tests; JAX is a dependency, but a missing one skips.
 FLOAT32_ENGINES = ["fast", pytest.param("jax", marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None,
                                                                         reason="JAX is not installed"))]
-RTOL = 1e-4
 CASES = [  # (weights, architecture, dropout, init_scale)
     ("binary", [30, 10], None, 1.0),
     ("real", [30, 10], None, 1.0),
@@ -39,26 +37,6 @@ CASES = [  # (weights, architecture, dropout, init_scale)
     ("binary", [20, 15, 10], "sampled", 1.0),         # masks on the image and on hidden units
     ("real", [("local", 5), 10], "sampled", 1.0),
 ]
-
-
-def data(n, seed=0, classes=10):
-    """Inputs with a class-dependent mean (so the network learns and Δ is not just noise), ±1 targets."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, classes, n)
-    x = rng.standard_normal((n, SIDE * SIDE)) + 0.5 * np.cos(labels[:, None] + np.arange(SIDE * SIDE))
-    return x, ebp_data.one_vs_all(labels, classes)
-
-
-def net_for(weights, architecture, dropout, init_scale, dtype=np.float64):
-    return ebp.init_network(architecture, weights, seed=2, input_side=SIDE, init_scale=init_scale,
-                            dropout=dropout, dtype=dtype)
-
-
-def assert_close_networks(fast, reference):
-    for k, (a, b) in enumerate(zip(fast.layers, reference.layers)):
-        scale_h, scale_b = np.abs(b.h).max(), max(np.abs(b.b).max(), 1.0)
-        assert np.abs(a.h - b.h).max() <= RTOL * scale_h, f"layer {k + 1}: h differs"
-        assert np.abs(a.b - b.b).max() <= RTOL * scale_b, f"layer {k + 1}: b differs"
 
 
 @pytest.mark.parametrize("engine", FLOAT32_ENGINES)

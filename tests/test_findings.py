@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fake_runs import cell_row, fake_result
+from helpers import cell_row, fake_result
 from scipy import stats
 
 from reproduction import band

@@ -18,13 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_runs import load_script
+from helpers import data, load_script
 
 import ebp_data
 import ebp_lib
 import ebp_train
 from reproduction import folder, group, paper_tables, parameters, records, runner
-from tests.test_fast import data
 
 jax = pytest.importorskip("jax")
 import ebp_jax  # noqa: E402  (after the skip: JAX is what these tests test)

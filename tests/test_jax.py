@@ -7,6 +7,8 @@ import pytest
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
 
+from helpers import assert_close_networks, check_forward, data, net_for
+
 import ebp_data
 import ebp_jax
 import ebp_lib
@@ -61,20 +63,6 @@ def trained_net(weights, architecture, dropout, mask_reading):
     x, y = small_data(16, seed=4)
     ebp_train.train_steps(net, x, y, np.arange(16), 8, np.random.default_rng(3), engine="reference")
     return net
-
-
-def check_forward(net, x):
-    """μ and σ² of every layer at test time (sampled dropout: inputs scaled by p) against ebp_lib.forward's."""
-    s, params = ebp_jax.structure(net), ebp_jax.parameters(net)
-    moments = [ebp_jax.weight_moments(h, mask, s) for (h, _), mask in zip(params, s.masks)]
-    scales = [net.keep if net.dropout == "sampled" else None] * len(net.layers)
-    got = list(ebp_jax.forward([m for m, _ in moments], [b for _, b in params], [w2 for _, w2 in moments], x,
-                               scales, s))
-    reference = ebp_lib.forward(net, x)
-    assert len(got) == len(reference.mu)
-    for (mu, sigma2), mu_ref, sigma2_ref in zip(got, reference.mu, reference.sigma2):
-        np.testing.assert_allclose(np.asarray(mu), mu_ref, rtol=0, atol=1e-12 * max(1.0, np.abs(mu_ref).max()))
-        np.testing.assert_allclose(np.asarray(sigma2), sigma2_ref, rtol=1e-12)
 
 
 def check_weight_moments(net, x):
@@ -165,8 +153,6 @@ def test_matrix_products_use_full_float32_precision():
     product = np.asarray(ebp_jax.matmul(jax.numpy.asarray(a), jax.numpy.asarray(a)), np.float64)
     assert np.max(np.abs(product - exact)) < 1e-4  # TF32 (10-bit mantissa) would err by about 1e-2 here
 
-
-from tests.test_fast import assert_close_networks, data, net_for
 
 # The JAX engine's agreement with the reference (300 updates, evaluation, non-finite values) is tested by
 # tests/test_fast.py's tests parametrised by engine, with the fast engine's cases and tolerances.

@@ -3,10 +3,10 @@ with the paper profile's run of the same configuration, rendered with 0, 1 or 3 
 from __future__ import annotations
 
 import pytest
+from helpers import fake_result
 from scipy import stats
 
 from reproduction import mechanisms, paper_tables, parameters, results
-from tests.fake_runs import fake_result
 
 OFFSETS = (0.0, 0.001, -0.001)  # the paper profile's three seeds, SD 0.1 points
 

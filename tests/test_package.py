@@ -112,3 +112,41 @@ def test_the_package_front_page_names_every_module():
 
     named = set(re.findall(r"^([a-z_]+) ", reproduction.__doc__, re.MULTILINE))  # one line per module
     assert {path.stem for path in PACKAGE.glob("*.py")} - {"__init__"} <= named
+
+
+def imported_closure(graph: dict[str, set[str]], start: set[str], skip: set[str] = frozenset()) -> set[str]:
+    """Every module `start` reaches through `graph` (lazy imports included), not walking through `skip`."""
+    seen, todo = set(), list(start)
+    while todo:
+        module = todo.pop()
+        if module not in seen and module not in skip:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    return seen
+
+
+# The tuned baselines' harness and the successors it trains; EBP at their protocol (successors.ebp) trains with
+# ebp_train's steps, which is what it is, so the walk stops there.
+HARNESS = {"reproduction.tuned", "reproduction.backprop", "reproduction.successors", "successors.ste",
+           "successors.bop", "successors.bayesbinn"}
+
+
+def test_the_tuned_harness_imports_nothing_of_ebps_run_folder_nor_its_training():
+    """The baselines' harness reaches neither EBP's run folder (reproduction.folder) nor ebp_train, in its source
+    (lazy imports included) or at import in a fresh interpreter; and the successors' adapter nothing of the
+    backprop baseline's."""
+    graph = module_imports(project_modules())
+    reached = imported_closure(graph, HARNESS, skip={"successors.ebp"})
+    assert reached & {"reproduction.folder", "ebp_train"} == set(), sorted(reached)
+    assert "reproduction.backprop" not in imported_closure(graph, {"reproduction.successors"}, skip={"successors.ebp"})
+    probe = ("import sys\n"
+             "import reproduction.tuned, reproduction.backprop, reproduction.successors\n"
+             "print(sorted(m for m in sys.modules if m in ('reproduction.folder', 'ebp_train')))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.split() == ["[]"], done.stdout
+
+
+def test_the_closure_walk_finds_what_a_module_reaches():
+    graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"e"}}
+    assert imported_closure(graph, {"a"}) == {"a", "b", "c"}
+    assert imported_closure(graph, {"a"}, skip={"b"}) == {"a"}

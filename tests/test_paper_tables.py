@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from fake_runs import ROOT, TINY, fake_notebook, fake_result, load_script
+from helpers import ROOT, TINY, fake_notebook, fake_result, load_script
 
 import ebp_lib
 from reproduction import folder, parameters, runner
@@ -243,3 +243,13 @@ def test_the_benchmark_times_the_table_runs_and_job_cost_counts_weights(rows):
     assert benchmark.name([("local", 13), 10]) == "[784, 256 local13, 10]"
     job = make_jobs(select_rows(rows, run_ids=["binary-block13"]), "paper")[0]
     assert runner.job_cost(job) == (784 * 256 + 256 * 10) * (60000 + 20000 / 3)
+
+
+def test_a_reference_engine_run_is_given_time_for_its_slower_epochs(rows, tmp_path):
+    """The float64 mechanism's binary-200 run (reference engine, 87-120 s an epoch measured) gets a timeout above
+    its 120 epochs at 90 s each, which the fast engine's bound (about 2.3 s an epoch) would cut short."""
+    pick = select_rows(rows, run_ids=["binary-200"])
+    slow = make_jobs(pick, "paper-f64", runs_dir=tmp_path)[0]
+    fast = make_jobs(pick, "paper", runs_dir=tmp_path)[0]
+    assert slow["engine"] == "reference" and fast.get("engine") != "reference"
+    assert runner.run_timeout(fast) < 120 * 90 < runner.run_timeout(slow)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from fake_runs import cell_row, fake_result, write_result
+from helpers import cell_row, fake_result, write_result
 
 from reproduction.plots import prolonged_runs, retraced_epochs, settling_table, trend, twin_agreement
 from reproduction.results import load_results, seed_of

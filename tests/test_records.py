@@ -3,7 +3,7 @@ writes, and files written whole or not at all."""
 from __future__ import annotations
 
 import pytest
-from fake_runs import load_script
+from helpers import load_script
 
 from reproduction import records
 from reproduction.folder import ebp_expected
@@ -78,7 +78,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
 
 def _record(tmp_path, **changes):
     """A consistent EBP run record of 2 epochs (as EpochRecorder writes it), with `changes`."""
-    from fake_runs import fake_result
+    from helpers import fake_result
 
     record = fake_result({"architecture": "block13", "weights": "binary"}, 2, 300, "tiny", 0.2)
     del record["profile"]
@@ -176,15 +176,15 @@ def test_the_writer_refuses_an_inconsistent_record_and_writes_nothing(tmp_path):
 def test_one_record_check_dispatches_on_the_method(tmp_path, monkeypatch):
     """records.record_problems is the one check of every run record: it reads the parameters as the record's method
     does (records.EXPECTED: EBP's last epoch against a tuned baseline's best-validation epoch), so the same edit is a
-    problem of every method; the committed backprop and successor records pass it unchanged; a method whose module
-    was not imported is named, not mistaken for another."""
+    problem of every method; the committed backprop and successor records pass it unchanged; a method whose check
+    the registry does not find is named, not mistaken for another."""
     import json
     from pathlib import Path
 
     from reproduction import backprop, successors
 
-    assert records.EXPECTED == {"ebp": ebp_expected, "backprop": backprop.backprop_expected,
-                                "successor": successors.successor_expected}
+    assert {m: records.expected_check(m) for m in records.METHODS} == {
+        "ebp": ebp_expected, "backprop": backprop.backprop_expected, "successor": successors.successor_expected}
     ebp = _record(tmp_path)
     assert records.record_problems(ebp) == []
     assert records.record_problems({**ebp, "epochs_done": 3}) == ["epochs_done: 3, but the history holds 2 epochs"]
@@ -209,8 +209,8 @@ def test_one_record_check_dispatches_on_the_method(tmp_path, monkeypatch):
                                               "packed": {**successor["evaluation"]["packed"], "mismatches": 1}}}
         assert records.record_problems(broken) == [
             "evaluation.packed.mismatches: the packed net disagrees with the float evaluation"]
-    monkeypatch.delitem(records.EXPECTED, "successor")
-    with pytest.raises(records.RecordError, match="no check of successor records: import reproduction.successors"):
+    monkeypatch.setitem(records.EXPECTED, "successor", ("reproduction.successors", "no_such_check"))
+    with pytest.raises(records.RecordError, match="no check of successor records: reproduction.successors.no_such"):
         records.record_problems(successor)
 
 

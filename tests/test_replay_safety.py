@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import pytest
-from fake_runs import cell_row, fake_result
+from helpers import cell_row, fake_result
 
 from reproduction import folder, records, verify
 from reproduction.paper_tables import read_paper_tables

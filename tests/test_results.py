@@ -8,7 +8,7 @@ import json
 import subprocess
 
 import pytest
-from fake_runs import cell_row, fake_notebook, fake_result, write_result
+from helpers import cell_row, fake_notebook, fake_result, write_result
 
 from reproduction.folder import EXECUTED_FILE, RESULT_FILE, run_key
 from reproduction.paper_tables import dataset_rows, select_rows

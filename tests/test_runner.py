@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_runs import ROOT, TINY, fake_notebook, fake_result
+from helpers import ROOT, TINY, fake_notebook, fake_result
 
 import ebp_data
 import ebp_lib
@@ -50,6 +50,7 @@ def _wait_for(condition, timeout, what):
     pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
+@pytest.mark.alone  # its waits are timed: a second xdist worker beside it could stretch them past their limits
 def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(tmp_path, uninterrupted):
     """Kill the runner (SIGKILL: no clean-up) after epoch 1; its orphaned worker and kernel must stop; the
     next batch resumes from the checkpoint (the history equals an uninterrupted run's bit for bit) next to a

@@ -670,7 +670,7 @@ def test_list_on_a_read_only_runs_folder_does_not_write(tmp_path, monkeypatch, c
     (EROFS, as for a user without write permission); the listing still works."""
     import builtins
 
-    from fake_runs import load_script
+    from helpers import load_script
 
     run = tmp_path / "runs" / "quick" / "binary-200"  # the folder of --list's default profile
     run.mkdir(parents=True)

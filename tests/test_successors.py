@@ -3,12 +3,15 @@ hand on nets small enough to write out; the deployed net through packed inferenc
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_resumes_to_the_same_record
 
 from reproduction import records
 from reproduction import successors as sc
@@ -292,13 +295,7 @@ def test_an_interrupted_run_resumes_to_the_same_record(real_data_dir, tmp_path, 
     assert set(whole["evaluation"]["outputs"]) == {"deployed", "predictive", "mean"}
     assert whole["final"]["test_error"] == whole["history"][whole["best_epoch"] - 1]["test_error"]
     assert (tmp_path / "whole" / sc.NET_FILE).exists() and not (tmp_path / "whole" / sc.CHECKPOINT_FILE).exists()
-    partial = sc.run(params, tmp_path / "part", real_data_dir, stop_after_epochs=1, **quiet)
-    assert not partial["finished"] and (tmp_path / "part" / sc.CHECKPOINT_FILE).exists()
-    resumed = sc.run(params, tmp_path / "part", real_data_dir, **quiet)
-    timings = ("train_seconds", "cpu_seconds")
-    strip = [{k: v for k, v in h.items() if k not in timings} for h in whole["history"]]
-    assert [{k: v for k, v in h.items() if k not in timings} for h in resumed["history"]] == strip
-    assert resumed["evaluation"]["outputs"] == whole["evaluation"]["outputs"]
+    assert_resumes_to_the_same_record(sc, params, whole, tmp_path / "part", real_data_dir)
 
 
 def test_core_seconds_do_not_count_time_the_process_spends_waiting(real_data_dir, tmp_path, monkeypatch):
@@ -376,3 +373,20 @@ def test_the_sensitivity_profile_scores_the_grid_later_and_stops_later_and_says_
                                                     "--stop-patience", "40", "--patience", "8", "--out",
                                                     str(tmp_path)]))
     assert (p["stop_patience"], p["patience"]) == (40, 8)
+
+
+def test_every_registered_method_has_the_face_the_harness_reads_and_the_registry_imports_none():
+    """Each line of successors.registry names a module with the face its docstring lists (EBP's variants bring a
+    Trainer in place of init / step); the command line parses the registry without importing JAX."""
+    from successors import registry
+    assert set(sc.methods()) == set(registry.METHODS) and registry.SUCCESSORS == ("ste", "bop", "bayesbinn")
+    for name, module in sc.methods().items():
+        assert module.NAME == name and isinstance(module.GRID, dict) and isinstance(module.FIXED, dict), name
+        assert all(callable(getattr(module, f, None)) for f in ("init", "step", "deployed")) or hasattr(
+            module, "Trainer"), name
+    assert [n for n, m in sc.methods().items() if hasattr(m, "predictive_outputs")] == ["bayesbinn"]
+    probe = "import sys; from successors import registry; print('jax' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=sc.REPO)
+    assert done.stdout.split() == ["False"]
+    with pytest.raises(ValueError, match="unknown method 'sgd'"):
+        registry.method("sgd")

@@ -4,7 +4,7 @@ import json
 
 import nbformat
 import pytest
-from fake_runs import load_script
+from helpers import load_script
 
 
 def _notebook(path, printed: str):

@@ -6,7 +6,7 @@ import json
 import subprocess
 
 import pytest
-from fake_runs import fake_result
+from helpers import fake_result
 
 from reproduction import folder, records, verify
 

@@ -1,0 +1,173 @@
+"""The convolutional EBP runs beside the paper's dense (Table 2) and locally connected (Table 4) runs: test errors,
+learning curves, paired differences by seed, and one generated sentence (notebooks/11_convolutional_ebp.ipynb, §7).
+
+CNN runs are the EBP records of the named profiles (outputs/runs/named-e<epochs>[...]/, scripts/run_architecture.py)
+whose architecture starts with a convolution; the comparators are the paper profile's runs (outputs/runs/paper/,
+the paper's 120 epochs) of the same data set and weight type without dropout, with the default mask reading and
+update: dense nets (Table 2) and locally connected nets (Table 4). A CNN run and a comparator are paired when they
+share a seed; a pair's difference is CNN − comparator of the last recorded test error of each (the CNN's after the
+epochs it has done, the comparator's after its own), in percentage points.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import ebp_conv
+import ebp_conv_catalogue as catalogue
+from ebp_lib import DEFAULT_MASK_READING, DEFAULT_UPDATE
+from reproduction.parameters import NOT_LEARNING, is_spatial
+
+OUTPUTS = ("test_ebp_p", "test_ebp_d")
+COMPARATOR_PROFILE = "paper"
+
+
+@dataclass
+class Group:
+    """The runs of one network and setting, one per seed: key (dataset, weights, architecture, scheme, profile),
+    runs {seed: record}."""
+    key: tuple
+    runs: dict
+
+    @property
+    def label(self) -> str:
+        dataset, weights, architecture, scheme, profile = self.key
+        name = catalogue.catalogue_name(architecture)
+        return (f"{weights} {architecture}" + (f" ({name})" if name else "") + f", {dataset}"
+                + (f", init {scheme}" if scheme != catalogue.DEFAULT_SCHEME else "") + f" [{profile}]")
+
+    @property
+    def finished(self) -> bool:
+        return all(r["finished"] for r in self.runs.values())
+
+    def epochs_done(self) -> list[int]:
+        return [self.runs[s]["epochs_done"] for s in sorted(self.runs)]
+
+    def errors(self, output: str) -> list[float]:
+        """The last recorded test error of every seed, in seed order."""
+        return [self.runs[s]["final"][output] for s in sorted(self.runs)]
+
+    def curve(self, output: str) -> list[tuple[int, float, float, int]]:
+        """(epoch, mean, SD, seeds) of the test error over the seeds that recorded each epoch."""
+        by_epoch = {}
+        for record in self.runs.values():
+            for row in record["history"]:
+                by_epoch.setdefault(row["epoch"], []).append(row[output])
+        return [(e, statistics.fmean(v), statistics.stdev(v) if len(v) > 1 else 0.0, len(v))
+                for e, v in sorted(by_epoch.items())]
+
+
+def is_cnn(architecture: str) -> bool:
+    return bool(ebp_conv.CONV_NAME.fullmatch(str(architecture).split("-")[0]))
+
+
+def _group(records) -> list[Group]:
+    groups = {}
+    for r in records:
+        p = r["parameters"]
+        key = (p["dataset"], p["weights"], p["architecture"], catalogue.scheme_of(p), r["profile"])
+        groups.setdefault(key, {})[p["seed"]] = r
+    return [Group(key, runs) for key, runs in sorted(groups.items())]
+
+
+def cnn_groups(results) -> list[Group]:
+    """The CNN runs of the named profiles (module docstring), grouped over seeds."""
+    return _group(r for r in results if r["method"] == "ebp" and r["profile"].startswith("named-e")
+                  and is_cnn(r["parameters"]["architecture"]))
+
+
+def comparator_groups(results, dataset: str, weights: str) -> dict[str, list[Group]]:
+    """{"dense": Table 2's groups, "local": Table 4's} of the paper profile for a data set and weight type."""
+    plain = [r for r in results if r["method"] == "ebp" and r["profile"] == COMPARATOR_PROFILE
+             and r["parameters"]["dataset"] == dataset and r["parameters"]["weights"] == weights
+             and not r["parameters"]["dropout"] and r["parameters"]["mask_reading"] == DEFAULT_MASK_READING
+             and r["parameters"]["real_update"] == DEFAULT_UPDATE
+             and r["parameters"]["init_scale"] == 1.0 and not is_cnn(r["parameters"]["architecture"])]
+    groups = _group(plain)
+    return {"dense": [g for g in groups if not is_spatial(g.key[2])],
+            "local": [g for g in groups if is_spatial(g.key[2])]}
+
+
+def paired(cnn: Group, other: Group, output: str) -> tuple[float, float, int] | None:
+    """(mean, SD, pairs) of CNN − comparator over their shared seeds, in percentage points; None if none shared."""
+    seeds = sorted(set(cnn.runs) & set(other.runs))
+    if not seeds:
+        return None
+    d = [100 * (cnn.runs[s]["final"][output] - other.runs[s]["final"][output]) for s in seeds]
+    return statistics.fmean(d), statistics.stdev(d) if len(d) > 1 else 0.0, len(d)
+
+
+def mean_sd(values: list[float]) -> str:
+    """"a ± s" in percent (SD over seeds; one seed: its value alone)."""
+    pct = [100 * v for v in values]
+    if len(pct) == 1:
+        return f"{pct[0]:.2f}"
+    return f"{statistics.fmean(pct):.2f} ± {statistics.stdev(pct):.2f}"
+
+
+def table_rows(results) -> list[dict]:
+    """One row per CNN group and one per comparator of its data set and weights: errors (mean ± SD, %), seeds,
+    epochs done, finished, and for comparators the paired difference CNN − comparator of EBP-D (points)."""
+    rows = []
+    for cnn in cnn_groups(results):
+        rows.append(_row(cnn, "CNN", None))
+        for kind, groups in comparator_groups(results, cnn.key[0], cnn.key[1]).items():
+            rows.extend(_row(g, "dense (Table 2)" if kind == "dense" else "local (Table 4)", cnn) for g in groups)
+    return rows
+
+
+def _row(g: Group, kind: str, cnn: Group | None) -> dict:
+    row = {"network": g.label if cnn is None else f"  {g.key[1]} {g.key[2]} [{g.key[4]}]", "kind": kind,
+           "seeds": ",".join(map(str, sorted(g.runs))), "epochs": "/".join(map(str, g.epochs_done())),
+           "finished": g.finished}
+    row.update({o: mean_sd(g.errors(o)) for o in OUTPUTS})
+    if cnn is not None:
+        for output in OUTPUTS:
+            d = paired(cnn, g, output)
+            row[f"CNN − this, {_name(output)} (points)"] = ("no shared seed" if d is None else
+                                                            f"{d[0]:+.2f} ± {d[1]:.2f} ({d[2]})")
+    return row
+
+
+def best(groups: list[Group], output: str) -> Group | None:
+    """The group of the lowest mean error."""
+    return min(groups, key=lambda g: statistics.fmean(g.errors(output)), default=None)
+
+
+def verdict(results) -> str:
+    """One sentence: whether EBP trains the CNNs, and by how much their EBP-P and EBP-D test errors differ from
+    the best dense and the best locally connected net of each output (paired by seed); honest when no CNN run is
+    finished."""
+    groups = cnn_groups(results)
+    if not groups:
+        return "No CNN run recorded yet: whether EBP works on CNNs is not measured."
+    finished = [g for g in groups if g.finished]
+    if not finished:
+        g = max(groups, key=lambda g: min(g.epochs_done()))
+        return (f"No CNN run finished yet: after {min(g.epochs_done())} of {g.runs[min(g.runs)]['parameters']['epochs']} "
+                f"epochs {g.label} has EBP-P {mean_sd(g.errors('test_ebp_p'))}% and EBP-D "
+                f"{mean_sd(g.errors('test_ebp_d'))}% test error ({len(g.runs)} seeds) — a run in progress, "
+                f"not a verdict.")
+    return "; ".join(_finished_clause(g, results) for g in finished) + "."
+
+
+def _finished_clause(g: Group, results) -> str:
+    """A finished CNN group's errors, and its paired differences from the best comparators of each output."""
+    learns = max(statistics.fmean(g.errors(o)) for o in OUTPUTS) < NOT_LEARNING
+    text = (f"EBP {'trains' if learns else 'does not train'} {g.label} to EBP-P {mean_sd(g.errors('test_ebp_p'))}% "
+            f"and EBP-D {mean_sd(g.errors('test_ebp_d'))}% test error after {g.epochs_done()[0]} epochs "
+            f"({len(g.runs)} seeds)")
+    comparators = comparator_groups(results, g.key[0], g.key[1])
+    for output in OUTPUTS:
+        for kind, name in (("dense", "the best dense net"), ("local", "the best locally connected net")):
+            other = best(comparators[kind], output)
+            d = paired(g, other, output) if other else None
+            if d is not None:
+                text += (f"; its {_name(output)} is {abs(d[0]):.2f} ± {d[1]:.2f} points "
+                         f"{'above' if d[0] > 0 else 'below'} {name} ({other.key[2]}, {mean_sd(other.errors(output))}% "
+                         f"after {other.epochs_done()[0]} epochs; {d[2]} seeds paired)")
+    return text
+
+
+def _name(output: str) -> str:
+    return {"test_ebp_p": "EBP-P", "test_ebp_d": "EBP-D"}[output]

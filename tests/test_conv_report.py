@@ -1,0 +1,79 @@
+"""reproduction.conv_report on fake records: CNN groups beside the paper profile's dense and locally connected runs,
+paired by seed, and the generated sentence (honest while no CNN run is finished)."""
+from __future__ import annotations
+
+import pytest
+from helpers import fake_result, write_result
+
+from reproduction import conv_report, results
+
+CNN = {"architecture": "c5x16s2-c5x32s2", "weights": "binary"}
+
+
+def write_paper_runs(runs_dir):
+    """Table 2's 800-800 (seeds 0, 1) and 200 (seed 0), Table 4's block13 (seeds 0, 1), a dropout run that must not
+    count, and a real-weight run of another weight type."""
+    for arch, seed, error in (("800-800", 0, 0.020), ("800-800", 1, 0.022), ("200", 0, 0.030), ("block13", 0, 0.025),
+                              ("block13", 1, 0.027)):
+        key = f"binary-{arch}" + (f"-seed{seed}" if seed else "")
+        write_result(runs_dir, key, fake_result({"architecture": arch, "weights": "binary"}, 120, None, "paper",
+                                                error, seed=seed))
+    write_result(runs_dir, "binary-800-dropout-analytic", fake_result(
+        {"architecture": "800", "weights": "binary"}, 120, None, "paper", 0.001, dropout="analytic"))
+    write_result(runs_dir, "real-800-800", fake_result({"architecture": "800-800", "weights": "real"}, 120, None,
+                                                       "paper", 0.001))
+
+
+def cnn_run(runs_dir, seed, errors, epochs=None, profile="named-e30", **params):
+    key = "binary-c5x16s2-c5x32s2" + (f"-seed{seed}" if seed else "")
+    write_result(runs_dir, key, fake_result(CNN, len(errors), None, profile, errors[-1], epochs=epochs, seed=seed,
+                                            curve=errors, **params))
+
+
+def test_no_cnn_run_is_said_so(tmp_path):
+    write_paper_runs(tmp_path)
+    loaded = results.load_results(tmp_path)
+    assert conv_report.cnn_groups(loaded) == []
+    assert conv_report.verdict(loaded).startswith("No CNN run recorded yet")
+
+
+def test_runs_in_progress_are_not_a_verdict(tmp_path):
+    write_paper_runs(tmp_path)
+    cnn_run(tmp_path, 0, [0.05, 0.04], epochs=30)
+    cnn_run(tmp_path, 1, [0.06, 0.05], epochs=30)
+    loaded = results.load_results(tmp_path)
+    sentence = conv_report.verdict(loaded)
+    assert sentence.startswith("No CNN run finished yet: after 2 of 30 epochs binary c5x16s2-c5x32s2 (wide)")
+    assert "EBP-P 4.50 ± 0.71% and EBP-D 4.50 ± 0.71%" in sentence and "not a verdict" in sentence
+    (group,) = conv_report.cnn_groups(loaded)
+    assert group.curve("test_ebp_d") == [(1, pytest.approx(0.055), pytest.approx(0.0070710678), 2),
+                                         (2, pytest.approx(0.045), pytest.approx(0.0070710678), 2)]
+
+
+def test_finished_runs_paired_by_seed(tmp_path):
+    """Seeds 0 and 1 finished: 800-800 is the best dense net (2.1%), paired differences (3.0 − 2.0, 3.4 − 2.2) =
+    1.0 and 1.2 points: 1.10 ± 0.14 above it; block13 (2.6%): 0.5 and 0.7: 0.60 ± 0.14 above it."""
+    write_paper_runs(tmp_path)
+    cnn_run(tmp_path, 0, [0.05, 0.030])
+    cnn_run(tmp_path, 1, [0.05, 0.034])
+    loaded = results.load_results(tmp_path)
+    sentence = conv_report.verdict(loaded)
+    assert sentence.startswith("EBP trains binary c5x16s2-c5x32s2 (wide), mnist [named-e30] to EBP-P 3.20 ± 0.28% "
+                               "and EBP-D 3.20 ± 0.28% test error after 2 epochs (2 seeds)")
+    assert ("its EBP-D is 1.10 ± 0.14 points above the best dense net (800-800, 2.10 ± 0.14% after 120 epochs; "
+            "2 seeds paired)") in sentence
+    assert "its EBP-P is 0.60 ± 0.14 points above the best locally connected net (block13" in sentence
+    rows = conv_report.table_rows(loaded)
+    assert [r["kind"] for r in rows] == ["CNN", "dense (Table 2)", "dense (Table 2)", "local (Table 4)"]
+    assert [r["network"].split()[1] for r in rows[1:]] == ["200", "800-800", "block13"]  # no dropout, no real weights
+    assert rows[1]["CNN − this, EBP-D (points)"] == "+0.00 ± 0.00 (1)"  # 200 shares seed 0 only: 3.0 − 3.0
+    assert rows[2]["CNN − this, EBP-P (points)"] == "+1.10 ± 0.14 (2)"
+    assert rows[0]["test_ebp_p"] == "3.20 ± 0.28" and rows[0]["epochs"] == "2/2" and rows[0]["finished"]
+
+
+def test_init_schemes_are_separate_groups(tmp_path):
+    cnn_run(tmp_path, 0, [0.04])
+    cnn_run(tmp_path, 0, [0.09], profile="named-e30-variance1", init_scale=25.0)
+    groups = conv_report.cnn_groups(results.load_results(tmp_path))
+    assert [g.key[3] for g in groups] == ["reference", "variance1"]
+    assert "init variance1" in groups[1].label
