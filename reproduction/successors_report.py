@@ -442,13 +442,9 @@ def tuned_sentence(comparisons: list[dict]) -> str:
     nets = {(c["dataset"], c["net"]) for c in deployed}
     verdicts = Counter(c["verdict"] for c in deployed)
     pending = [c for c in deployed if c["verdict"] not in VERDICT_WORDS.values()]
-    text = f"Against EBP-D tuned like them ({len(nets)} of {len(NETS) * len(EBP_PROFILES)} data sets × nets so far)"
-    if len(pending) < len(deployed):
-        text += (f", the ±1 nets err less in {verdicts['lower']}, more in {verdicts['higher']} and cannot be "
-                 f"separated in {verdicts['cannot be separated']}")
-    if pending:
-        text += (f"{';' if len(pending) < len(deployed) else ','} {len(pending)} rest on one seed, no verdict; that "
-                 f"seed's EBP-D errs less in {sum(c['difference'] > 0 for c in pending)}")
+    text = (f"Against EBP-D tuned like them, the ±1 nets: {verdicts['lower']} lower, {verdicts['higher']} higher, "
+            f"{verdicts['cannot be separated']} not separable, {len(pending)} on one seed ({len(nets)} of "
+            f"{len(NETS) * len(EBP_PROFILES)} data sets × nets run)")
     return text + "."
 
 

@@ -198,7 +198,8 @@ def test_verdict_sentences_and_the_reversal_are_generated_from_the_intervals():
         in text and "(1 seed)" in text
     assert "At the paper's protocol" not in report.in_short(rows)  # no tuned run: the box says so
     assert "EBP tuned like them is not yet run." in report.in_short(rows)
-    assert "more in 1 and cannot be separated in 1; 1 rest on one seed, no verdict" in report.in_short(rows, comparisons)
+    assert ("the ±1 nets: 0 lower, 1 higher, 1 not separable, 1 on one seed (1 of 4 data sets × nets run)."
+            in report.in_short(rows, comparisons))
 
 
 def full_row(method, unit_cpu, seed=0, dataset="mnist", net="800"):
