@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import ebp_conv
 import ebp_conv_catalogue as catalogue
+import ebp_data
 from ebp_lib import DEFAULT_MASK_READING, DEFAULT_UPDATE
 from reproduction.parameters import NOT_LEARNING, is_spatial
 
@@ -149,6 +150,34 @@ def verdict(results) -> str:
                 f"{mean_sd(g.errors('test_ebp_d'))}% test error ({len(g.runs)} seeds) — a run in progress, "
                 f"not a verdict.")
     return "; ".join(_finished_clause(g, results) for g in finished) + "."
+
+
+def headline(results) -> str:
+    """The front page's sentences on EBP for CNNs, in sentences of at most about 30 words: each finished CNN group's
+    EBP-P and EBP-D, each beside the best dense net of the same weights and data set (paired by seed); what is
+    still running where no group is finished."""
+    finished = [g for g in cnn_groups(results) if g.finished]
+    if not finished:
+        return "**Beyond the paper.** " + verdict(results)
+    sentences = []
+    for g in finished:
+        dataset, weights, architecture = g.key[:3]
+        name = catalogue.catalogue_name(architecture)
+        net = f"{name} ({architecture})" if name else architecture
+        learns = max(statistics.fmean(g.errors(o)) for o in OUTPUTS) < NOT_LEARNING
+        sentences.append(f"On {ebp_data.DATASETS[dataset]['name']}, EBP {'trains' if learns else 'does not train'} "
+                         f"the {weights} {net} to EBP-P {mean_sd(g.errors('test_ebp_p'))}% after "
+                         f"{g.epochs_done()[0]} epochs ({len(g.runs)} seeds; not the paper's protocol).")
+        dense = comparator_groups(results, dataset, weights)["dense"]
+        for output, lead in (("test_ebp_p", "That is"), ("test_ebp_d", "Its deployed ±1 net (EBP-D) errs "
+                                                          f"{mean_sd(g.errors('test_ebp_d'))}%,")):
+            other = best(dense, output)
+            d = paired(g, other, output) if other else None
+            if d is not None:
+                sentences.append(f"{lead} {abs(d[0]):.2f} ± {d[1]:.2f} points {'above' if d[0] > 0 else 'below'} "
+                                 f"the best dense net's, [{other.key[2].replace('-', ',')}] after "
+                                 f"{other.epochs_done()[0]} epochs, paired by seed.")
+    return "**Beyond the paper.** The paper left convolutional nets to future work. " + " ".join(sentences)
 
 
 def _finished_clause(g: Group, results) -> str:

@@ -161,6 +161,14 @@ def successors_sentence(root: Path) -> str:
             f"{fashion['higher']} of {fashion.total()} on Fashion-MNIST.")
 
 
+def cnn_sentence(root: Path) -> str:
+    """EBP on convolutional nets, beyond the paper (reproduction.conv_report.headline)."""
+    from reproduction import conv_report
+    from reproduction.results import load_results
+
+    return conv_report.headline(load_results(root / "outputs" / "runs", committed_only=True))
+
+
 def headline(root: Path = REPO) -> str:
     """The headline Markdown (HEADLINE), from the committed records under `root`."""
     rows, variants = table_variants(root)
@@ -169,7 +177,7 @@ def headline(root: Path = REPO) -> str:
         "and finding (generated from the committed runs by `scripts/readme_tables.py`; terms in the glossary):",
         headline_table(rows, variants),
         "\n".join(f"- {s}" for s in [*band_sentences(rows, variants), findings_sentence(rows, variants),
-                                      successors_sentence(root)])]) + "\n"
+                                      successors_sentence(root), cnn_sentence(root)])]) + "\n"
 
 
 def main(argv=None) -> int:

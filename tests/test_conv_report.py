@@ -77,3 +77,21 @@ def test_init_schemes_are_separate_groups(tmp_path):
     groups = conv_report.cnn_groups(results.load_results(tmp_path))
     assert [g.key[3] for g in groups] == ["reference", "variance1"]
     assert "init variance1" in groups[1].label
+
+
+def test_the_front_page_sentences_pair_each_output_with_the_best_dense_net(tmp_path):
+    """The headline (README, landing page): the finished CNN's EBP-P and EBP-D against the best dense net of each
+    (800-800 for both here), in sentences of at most 30 words; while none is finished, the in-progress verdict."""
+    write_paper_runs(tmp_path / "running")
+    cnn_run(tmp_path / "running", 0, [0.05, 0.030], epochs=30)
+    assert "No CNN run finished yet" in conv_report.headline(results.load_results(tmp_path / "running"))
+    write_paper_runs(tmp_path)
+    cnn_run(tmp_path, 0, [0.05, 0.030])
+    cnn_run(tmp_path, 1, [0.05, 0.034])
+    text = conv_report.headline(results.load_results(tmp_path))
+    assert ("On MNIST, EBP trains the binary wide (c5x16s2-c5x32s2) to EBP-P 3.20 ± 0.28% after 2 epochs (2 seeds; "
+            "not the paper's protocol).") in text
+    assert "That is 1.10 ± 0.14 points above the best dense net's, [800,800] after 120 epochs, paired by seed." in text
+    assert "Its deployed ±1 net (EBP-D) errs 3.20 ± 0.28%, 1.10 ± 0.14 points above" in text
+    sentences = [s for s in text.split(". ") if s]
+    assert max(len(s.split()) for s in sentences) <= 30
