@@ -642,7 +642,7 @@ def error_time_figure(rows: list[dict], datasets=("mnist", "fashion-mnist")):
             axis.set_minor_formatter(ticker.NullFormatter())
         ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1, 1.5, 2, 3, 5, 7)))
         ax.grid(alpha=0.3)
-    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncols=4, fontsize=8)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=8)
     return fig
 
 
