@@ -34,6 +34,8 @@ import ebp_conv_catalogue
 from successors import mlp
 
 INPUT_SIDE = 28
+NETWORK = ("±1 kernels and weights, sign hidden units (hard-tanh STE), affine BN per channel of every hidden layer "
+           "(momentum 0.15, ε 1e-4), output e^s·(W h) + b, softmax cross-entropy (successors.cnn)")
 DIMENSIONS = ("NCHW", "OIHW", "NCHW")  # maps channel-major as ebp_conv stores them; kernels (out, in, row, column)
 
 
@@ -121,6 +123,11 @@ def describe(net: CNN) -> str:
                      f"stride {layer.stride})" if isinstance(layer, ebp_conv.Conv) else str(layer))
     catalogue = ebp_conv_catalogue.catalogue_name(net.architecture)
     return f"the CNN {net.architecture}" + (f" ({catalogue})" if catalogue else "") + f": {' → '.join(parts)} → 10"
+
+
+def network_text(architecture: str) -> str:
+    """A net in a protocol description: "[784, 800, 10]" for a dense net, a CNN's layers (describe)."""
+    return describe(network(architecture)) if is_cnn(architecture) else f"[784, {architecture.replace('-', ', ')}, 10]"
 
 
 def batch_norm_maps(a, real: dict, stats: dict, l: int, train: bool):

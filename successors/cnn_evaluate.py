@@ -17,8 +17,10 @@ import numpy as np
 
 import ebp_binary as eb
 import ebp_binary_conv as ebc
+import ebp_binary_conv_format
+import ebp_binary_format
 import ebp_conv
-from successors import mlp
+from successors import evaluate, mlp
 from successors.cnn import CNN
 
 
@@ -99,3 +101,15 @@ def packed_check(net: CNN, weights: list, real: dict, stats: dict, x: np.ndarray
     return {"error": float(np.mean(packed_pred != labels)), "mismatches": int(np.sum(packed_pred != float_pred)),
             "near_ties": int(counts.get("near_ties", 0)), "model_bytes": size["total"],
             "float32_bytes": size["float32"]}
+
+
+def deployed_check(net, weights: list, best, x, y, predictions: dict, net_path) -> dict:
+    """The packed check of a best state's deployed net (successors.evaluate's for the dense net, `net` None;
+    packed_check for a CNN), its packed form written to `net_path` (ebp_binary_format or ebp_binary_conv_format)."""
+    if net is None:
+        packed = evaluate.packed_check(weights, best["real"], best["stats"], x, y, predictions)
+        ebp_binary_format.save_packed(net_path, evaluate.fold(weights, best["real"], best["stats"]))
+        return packed
+    packed = packed_check(net, weights, best["real"], best["stats"], x, y, predictions)
+    ebp_binary_conv_format.save_cnn(net_path, fold(net, weights, best["real"], best["stats"]))
+    return packed
