@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_resumes_to_the_same_record
+from helpers import assert_resumes_to_the_same_record, load_script
 
 import ebp_binary_conv
 import ebp_binary_conv_format as ecf
@@ -163,6 +163,16 @@ def test_a_cnn_trains_at_ebp_s_cnn_budget_and_is_recorded_by_its_grammar_name():
                           (("ebp-tuned", "mnist", "lenet"), "dense nets only")]:
         with pytest.raises(ValueError, match=message):
             sc.make_parameters(*args)
+
+
+def test_the_command_line_trains_a_catalogue_cnn_at_profile_cnn(tmp_path):
+    script = load_script("run_successors")
+    (params, folder), = script.select_jobs(script.parse_args(["--method", "ste", "--arch", "lenet", "--dataset", "mnist",
+                                                              "--seed", "0", "--out", str(tmp_path)]))
+    assert (params["profile"], params["max_epochs"]) == ("cnn", 30)
+    assert folder == tmp_path / "cnn" / "mnist" / "ste-c5x6s2-c5x16s2-100"
+    mixed = script.select_jobs(script.parse_args(["--method", "bop", "--arch", "800", "wide", "--out", str(tmp_path)]))
+    assert [p["profile"] for p, _ in mixed] == ["tuned", "cnn", "tuned", "cnn"]  # each net its default, both data sets
 
 
 SMALL = {"n_train": 600, "n_validation": 200, "grid_epochs": 1, "max_epochs": 2, "patience": 1,
