@@ -13,6 +13,7 @@ import ebp_binary_conv
 import ebp_binary_conv_format as ecf
 import ebp_binary_format
 import ebp_conv
+from ebp_binary import PackedLayer, pack_bits
 from reproduction import records
 from reproduction import successors as sc
 from successors import bayesbinn, bop, cnn, evaluate, mlp, ste
@@ -130,6 +131,14 @@ def test_a_saved_packed_cnn_loads_to_the_same_predictions_and_bad_files_are_refu
     loaded = ecf.load_cnn(tmp_path / "net.npz")
     assert loaded.convs == packed.convs
     np.testing.assert_array_equal(ebp_binary_conv.predict(loaded, x, "auto"), ebp_binary_conv.predict(packed, x, "auto"))
+    first = packed.layers[0]  # a mask plane (EBP's nets have one where some h is exactly 0) travels too
+    mask = np.ones((len(first.signs), first.n_inputs), bool)
+    mask[0, 3] = False
+    packed.layers[0] = PackedLayer(first.signs & pack_bits(mask), pack_bits(mask), first.b, first.n_inputs)
+    ecf.save_cnn(tmp_path / "masked.npz", packed)
+    masked = ecf.load_cnn(tmp_path / "masked.npz")
+    np.testing.assert_array_equal(masked.layers[0].connected, packed.layers[0].connected)
+    np.testing.assert_array_equal(ebp_binary_conv.predict(masked, x, "numpy"), ebp_binary_conv.predict(packed, x, "numpy"))
     dense = evaluate.fold(*[[jnp.ones((784, 4)), jnp.ones((4, 10))], *([mlp.init_real((784, 4, 10)),
                                                                         mlp.init_stats((784, 4, 10))])])
     ebp_binary_format.save_packed(tmp_path / "dense.npz", dense)
