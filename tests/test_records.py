@@ -183,7 +183,7 @@ def test_one_record_check_dispatches_on_the_method(tmp_path, monkeypatch):
 
     from reproduction import backprop, successors
 
-    assert {m: records.expected_check(m) for m in records.METHODS} == {
+    assert {m: records.expected_check(m) for m in records.RECORD_KINDS} == {
         "ebp": ebp_expected, "backprop": backprop.backprop_expected, "successor": successors.successor_expected}
     ebp = _record(tmp_path)
     assert records.record_problems(ebp) == []
