@@ -302,6 +302,6 @@ def test_run_tables_refuses_a_quoted_profile_from_dirty_code_and_passes_the_flag
     assert script.main(base + ["--profile", "paper"]) == 2
     assert "profile paper" in capsys.readouterr().err and batches == []
     assert script.main(base + ["--profile", "paper", "--allow-dirty"]) == 0
-    assert all(job["env"][records.ALLOW_DIRTY_VAR] == "1" for job in batches[-1])
+    assert all(job.environment[records.ALLOW_DIRTY_VAR] == "1" for job in batches[-1])
     assert script.main(base + ["--profile", "quick"]) == 0
-    assert all(records.ALLOW_DIRTY_VAR not in job["env"] for job in batches[-1])
+    assert all(records.ALLOW_DIRTY_VAR not in job.environment for job in batches[-1])
