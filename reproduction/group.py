@@ -162,7 +162,7 @@ def run_group(jobs: list[Job]) -> list[dict]:
     notebook (runner.run_job), which records it. One outcome per job, in order; a run the group left to its notebook
     says why in its outcome's note. Should the group itself fail, each notebook trains its run alone."""
     try:
-        with job_environment(jobs[0]):  # the data folder, threads, and JAX's memory (job.JAX_VARS)
+        with job_environment(jobs[0]):  # the data folder, threads, and JAX's memory (reproduction.job.JAX_VARS)
             left = train_together(jobs)
     except Exception as err:
         left = {job.key: f"the group failed ({describe_error(err)})" for job in jobs}

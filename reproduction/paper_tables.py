@@ -129,7 +129,7 @@ def check_mask_reading(rows: list[dict], mask_reading: str) -> None:
                          f"select --table 4")
 
 
-def check_update(rows: list[dict], update: str) -> None:
+def check_update_applies(rows: list[dict], update: str) -> None:
     """Each of the authors' updates (UPDATES other than "spec") exists for one weight type: ValueError, saying
     what to select, if `rows` hold cells of the other. The value itself is checked by RunConfig."""
     if update not in UPDATES:
@@ -158,7 +158,7 @@ class Selection:
     """How a batch trains the table rows it selected (make_jobs), validated when built (ValueError): `profile`, a
     name in PROFILES or a dict like them (tests use tiny custom ones); the dropout `reading` of dropout rows
     (DROPOUT_READINGS); the `seeds`; the `mask_reading` ("held": Table 4 rows only, check_mask_reading), the
-    `update` (one of the authors': rows of its weight type only, check_update), both checked by each run's
+    `update` (one of the authors': rows of its weight type only, check_update_applies), both checked by each run's
     RunConfig; the `dataset` (None: the rows' own, MNIST); the `engine` (None: the profile's, else the notebook's
     default: profile_engine); where runs land (`runs_dir`) and the data folder (`data_dir`, else $EBP_DATA_DIR)."""
     profile: str | dict = "quick"
@@ -204,7 +204,7 @@ def make_jobs(rows: list[dict], selection: Selection) -> list[Job]:
     (ParameterError, a ValueError, naming every problem), and carried unchanged to the notebook.
     """
     check_mask_reading(rows, selection.mask_reading)
-    check_update(rows, selection.update)
+    check_update_applies(rows, selection.update)
     profile = selection.profile_settings
     engine = profile_engine(profile, selection.engine)
     if selection.dataset is not None:
