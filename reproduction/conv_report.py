@@ -13,11 +13,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-import ebp_conv
 import ebp_conv_catalogue as catalogue
 import ebp_data
 from ebp_lib import DEFAULT_MASK_READING, DEFAULT_UPDATE
-from reproduction.parameters import NOT_LEARNING, is_spatial
+from reproduction.architectures import architecture_layers, family
+from reproduction.parameters import NOT_LEARNING
 
 OUTPUTS = ("test_ebp_p", "test_ebp_d")
 COMPARATOR_PROFILE = "paper"
@@ -59,14 +59,15 @@ class Group:
 
 
 def is_cnn(architecture: str) -> bool:
-    return bool(ebp_conv.CONV_NAME.fullmatch(str(architecture).split("-")[0]))
+    return family(architecture) == "conv"
 
 
 def _group(records) -> list[Group]:
     groups = {}
     for r in records:
         p = r["parameters"]
-        key = (p["dataset"], p["weights"], p["architecture"], catalogue.scheme_of(p), r["profile"])
+        key = (p["dataset"], p["weights"], p["architecture"],
+               catalogue.scheme_of(p["init_scale"], architecture_layers(p["architecture"])), r["profile"])
         groups.setdefault(key, {})[p["seed"]] = r
     return [Group(key, runs) for key, runs in sorted(groups.items())]
 
@@ -85,8 +86,7 @@ def comparator_groups(results, dataset: str, weights: str) -> dict[str, list[Gro
              and r["parameters"]["real_update"] == DEFAULT_UPDATE
              and r["parameters"]["init_scale"] == 1.0 and not is_cnn(r["parameters"]["architecture"])]
     groups = _group(plain)
-    return {"dense": [g for g in groups if not is_spatial(g.key[2])],
-            "local": [g for g in groups if is_spatial(g.key[2])]}
+    return {kind: [g for g in groups if family(g.key[2]) == kind] for kind in ("dense", "local")}
 
 
 def paired(cnn: Group, other: Group, output: str) -> tuple[float, float, int] | None:

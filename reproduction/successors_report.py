@@ -34,7 +34,7 @@ TUNED_EBP = ("ebp-tuned", "ebp-tuned-dropout")  # EBP tuned like the successors 
 PAPER_PROTOCOL = dict(zip(TUNED_EBP, EBP_METHODS))  # each tuned variant's paper-protocol counterpart
 SUCCESSORS = registry.SUCCESSORS
 PROTOCOL_SEEDS = 3  # seeds 0, 1, 2 of every method, net and data set
-METHODS = EBP_METHODS + TUNED_EBP + SUCCESSORS
+COLUMNS = EBP_METHODS + TUNED_EBP + SUCCESSORS
 COLOURS = {**{m: registry.METHODS[m].colour for m in registry.SUCCESSORS}, "ebp": "black", "ebp-dropout": "grey",
            "ebp-tuned": "tab:red", "ebp-tuned-dropout": "tab:purple"}
 
@@ -142,7 +142,7 @@ def _ints(values) -> str:
 
 def _groups(rows: list[dict], dataset: str):
     """(method, net, its runs sorted by seed) for every method and net with a run on `dataset`, EBP first."""
-    for method in METHODS:
+    for method in COLUMNS:
         for net in NETS:
             group = sorted((r for r in rows if r["method"] == method and r["net"] == net and r["dataset"] == dataset),
                            key=lambda r: r["seed"])
@@ -625,7 +625,7 @@ def error_time_figure(rows: list[dict], datasets=("mnist", "fashion-mnist")):
 
     fig, axes = subplots(1, len(datasets), height=3.4, squeeze=False, layout="constrained")
     for ax, dataset in zip(axes[0], datasets):
-        for method in METHODS:
+        for method in COLUMNS:
             for net, marker in zip(NETS, "os"):
                 group = [r for r in rows if r["method"] == method and r["net"] == net and r["dataset"] == dataset]
                 if group:
