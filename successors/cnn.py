@@ -97,19 +97,21 @@ def resolve(name: str) -> str:
 
 def is_cnn(name: str) -> bool:
     """Whether an architecture name (or catalogue entry) starts with a convolution."""
-    return bool(ebp_conv.CONV_NAME.fullmatch(resolve(name).split("-")[0]))
+    from reproduction import architectures
+
+    return bool(architectures.CONV_NAME.fullmatch(resolve(name).split("-")[0]))
 
 
 def network(name: str) -> CNN:
     """The CNN of an architecture name or catalogue entry, its layers checked on 28x28 images (reproduction.parameters'
     grammar); ValueError saying what is wrong (not a CNN, a kernel larger than its map)."""
-    from reproduction import parameters
+    from reproduction import architectures
 
     architecture = resolve(name)
     if not is_cnn(architecture):
         raise ValueError(f"architecture {name!r} is not a CNN: use a catalogue name ({', '.join(ebp_conv_catalogue.CNNS)})"
                          f" or c<kernel>x<channels>s<stride> layers joined by '-', e.g. 'c5x6s2-c5x16s2-100'")
-    layers = parameters.architecture_layers(architecture)[:-1]  # the output layer is the successors' own
+    layers = architectures.architecture_layers(architecture)[:-1]  # the output layer is the successors' own
     hidden = tuple(g if g is not None else int(spec)
                    for g, spec in zip(ebp_conv.geometries(layers, INPUT_SIDE), layers))
     return CNN(architecture, hidden)
