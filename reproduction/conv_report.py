@@ -138,8 +138,11 @@ def _row(g: Group, kind: str, cnn: Group | None) -> dict:
 
 
 def best(groups: list[Group], output: str) -> Group | None:
-    """The group of the lowest mean error."""
-    return min(groups, key=lambda g: statistics.fmean(g.errors(output)), default=None)
+    """The group of the lowest mean error among those of the most seeds: the lowest of means over unequal numbers
+    of seeds would favour the noisier, one-seed cells."""
+    most = max((len(g.runs) for g in groups), default=0)
+    return min((g for g in groups if len(g.runs) == most), key=lambda g: statistics.fmean(g.errors(output)),
+               default=None)
 
 
 def verdict(results) -> str:
@@ -255,12 +258,13 @@ def ebp_cnn_group(results, dataset: str, architecture: str) -> Group | None:
 
 
 def _paired_points(mine: dict, other: dict) -> str:
-    """mean ± SD (pairs) of mine − other over shared seeds, in points; "no shared seed" where none."""
+    """mean ± SD (pairs) of mine − other over shared seeds, in points (one pair: its value, no spread); "no shared
+    seed" where none."""
     seeds = sorted(set(mine) & set(other))
     if not seeds:
         return "no shared seed"
     d = [100 * (mine[s] - other[s]) for s in seeds]
-    return f"{statistics.fmean(d):+.2f} ± {statistics.stdev(d) if len(d) > 1 else 0.0:.2f} ({len(d)})"
+    return f"{statistics.fmean(d):+.2f}" + (f" ± {statistics.stdev(d):.2f}" if len(d) > 1 else "") + f" ({len(d)})"
 
 
 def successor_rows(results, successors: list[dict]) -> list[dict]:

@@ -107,3 +107,15 @@ def test_one_shared_seed_is_said_to_have_no_spread(tmp_path):
     text = conv_report.headline(results.load_results(tmp_path))
     assert "That is 1.00 points above the best dense net's, [800,800] after 120 epochs, one seed paired: no spread." in text
     assert "± 0.00" not in text and "± 0.00" not in conv_report.verdict(results.load_results(tmp_path))
+
+
+def test_the_best_comparator_is_chosen_among_the_nets_of_most_seeds(tmp_path):
+    """A one-seed dense net below the three-seed ones is not "the best dense net": the luck of one draw would decide."""
+    write_result(tmp_path, "binary-1000", fake_result({"architecture": "1000", "weights": "binary"}, 120, None,
+                                                      "paper", 0.010))
+    for seed in range(3):
+        write_result(tmp_path, "binary-800" + (f"-seed{seed}" if seed else ""),
+                     fake_result({"architecture": "800", "weights": "binary"}, 120, None, "paper", 0.020, seed=seed))
+        cnn_run(tmp_path, seed, [0.05, 0.030 + 0.001 * seed])
+    text = conv_report.headline(results.load_results(tmp_path))
+    assert "That is 1.10 ± 0.10 points above the best dense net's, [800] after 120 epochs, paired by seed." in text
