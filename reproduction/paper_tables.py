@@ -146,7 +146,7 @@ def profile_engine(profile: dict, engine: str | None) -> str | None:
 
 def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs_dir=RUNS_DIR,
               seeds=(0,), data_dir=None, mask_reading: str = DEFAULT_MASK_READING, dataset: str | None = None,
-              real_update: str = DEFAULT_UPDATE, engine: str | None = None) -> list[dict]:
+              update: str = DEFAULT_UPDATE, engine: str | None = None) -> list[dict]:
     """One job per run among `rows` and seed (EBP-P and EBP-D rows share a run), in table order, seeds inner.
 
     `profile` is a name in PROFILES or a dict like them (tests use tiny custom ones). The data folder (`data_dir`,
@@ -154,9 +154,9 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
     from other shells read the same files. `mask_reading` "held" (Table 4 rows only: check_mask_reading) trains
     the spatial layers with the paper's non-connected weights held at h = 0, into folders ending in -held.
     `dataset` (None: the rows' own, MNIST) trains the same runs on another data set, into
-    <runs_dir>/<results_folder(profile, dataset)>/<run>/ (e.g. paper-fashion-mnist/binary-200). `real_update`
-    (real-weight rows only: check_real_update) trains with the authors' real-weight update, into folders ending in
-    -authors (or -authors-delta, -authors-variance). `engine` (None: the profile's, else the notebook's default,
+    <runs_dir>/<results_folder(profile, dataset)>/<run>/ (e.g. paper-fashion-mnist/binary-200). `update`
+    (rows of its weight type only: check_real_update) trains with one of the authors' updates, into folders
+    ending in -<update> (e.g. -authors-2015). `engine` (None: the profile's, else the notebook's default,
     the fast engine: profile_engine) is passed to the notebook as the run option `engine`; the run's folder is the
     same whichever engine trains it, and its result.json names the engine.
 
@@ -164,7 +164,7 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
     (ParameterError, a ValueError, naming every problem), and carried unchanged to the notebook.
     """
     check_mask_reading(rows, mask_reading)
-    check_real_update(rows, real_update)
+    check_real_update(rows, update)
     profile = PROFILES[profile] if isinstance(profile, str) else profile
     engine = profile_engine(profile, engine)
     if dataset is not None:
@@ -174,11 +174,11 @@ def make_jobs(rows: list[dict], profile="quick", reading: str = "analytic", runs
     jobs = []
     for run in table_runs(rows, reading):
         for seed in seeds:
-            key = run_key(run["run_id"], run["dropout"], seed, mask_reading, real_update)
+            key = run_key(run["run_id"], run["dropout"], seed, mask_reading, update)
             out = Path(runs_dir) / results_folder(profile["name"], run["dataset"]) / key
             config = RunConfig(
                 dataset=run["dataset"], architecture=run["architecture"], weights=run["weights"],
-                mask_reading=mask_reading, real_update=real_update, dropout=run["dropout"], keep=run["keep"],
+                mask_reading=mask_reading, update=update, dropout=run["dropout"], keep=run["keep"],
                 epochs=profile["epochs"], batch_size=profile["batch_size"], seed=seed, n_train=profile["n_train"],
                 preprocessing=profile.get("preprocessing", "pixel"), output_dir=os.path.relpath(out, NOTEBOOK.parent))
             jobs.append({"key": key, "run_id": run["run_id"], "seed": seed, "profile": profile["name"],

@@ -329,8 +329,8 @@ def test_the_command_line_refuses_a_bad_configuration_before_any_job(tmp_path):
     rows = select_rows(read_paper_tables(), tables=[4], weights=["binary"])
     with pytest.raises(ParameterError, match="mask_reading='partial': choose 'absent'"):
         make_jobs(rows, TINY, "sampled", tmp_path / "runs", mask_reading="partial")
-    with pytest.raises(ParameterError, match="real_update='authors-1999': choose one of"):
-        make_jobs(rows, TINY, "sampled", tmp_path / "runs", real_update="authors-1999")
+    with pytest.raises(ParameterError, match="update='authors-1999': choose one of"):
+        make_jobs(rows, TINY, "sampled", tmp_path / "runs", update="authors-1999")
     assert not (tmp_path / "runs").exists()
     job = tiny_job(tmp_path / "runs")
     assert isinstance(job["config"], RunConfig) and notebook_parameters(job) == job["config"].parameters()
