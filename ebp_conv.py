@@ -30,15 +30,12 @@ the tests and the notebook check the vectorised code against.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 # A convolutional layer in an architecture list: ("conv", kernel, channels, stride).
-CONV = "conv"
-# Its name in an architecture name: c<kernel>x<channels>s<stride>, e.g. c5x16s2 (reproduction/parameters.py).
-CONV_NAME = re.compile(r"c([0-9]+)x([0-9]+)s([0-9]+)", re.ASCII)
+CONV = "conv"  # named c<kernel>x<channels>s<stride> in an architecture name (reproduction/architectures.py)
 
 
 @dataclass(frozen=True)

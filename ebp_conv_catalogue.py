@@ -1,6 +1,6 @@
 """The catalogue of convolutional EBP networks and initialisation schemes (notebooks/11_convolutional_ebp.ipynb).
 
-A new CNN is one entry of CNNS: a short name, its architecture name (reproduction.parameters' grammar:
+A new CNN is one entry of CNNS: a short name, its architecture name (reproduction.architectures' grammar:
 c<kernel>x<channels>s<stride> layers, then dense hidden sizes, e.g. "c5x16s2-c5x32s2") and a sentence. Everything
 else (scripts/run_architecture.py, the records, the report in reproduction.conv_report) reads it from here.
 
@@ -14,7 +14,8 @@ every h drawn uniform with variance init_scale/K (K: the unit's fan-in), b = 0.
   network, because init_scale is one number: the later layers of a CNN (fan-in 400) start wider than the
   reference, not at variance 1.
 
-A run's record holds its init_scale (result.json's parameters); scheme_of reads the scheme back. Runs of a scheme
+The schemes take the network's layer list (reproduction.architectures reads it from a name), so that this module
+reads no name. A run's record holds its init_scale (result.json's parameters); scheme_of reads the scheme back. Runs of a scheme
 other than the reference lie in their own profile folder, <profile>-<scheme> (profile_name), because a run's folder
 name does not carry its init_scale (reproduction.folder.expected_run_folder).
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ebp_conv
+import ebp_data
 
 
 @dataclass(frozen=True)
@@ -50,26 +51,28 @@ def catalogue_name(architecture: str) -> str | None:
     return next((name for name, entry in CNNS.items() if entry.architecture == architecture), None)
 
 
-def first_fan_in(architecture: str) -> int:
-    """K₁, the first layer's fan-in on 28x28 one-channel images: k² for a convolution, 784 for a dense layer."""
-    first = architecture.split("-")[0]
-    match = ebp_conv.CONV_NAME.fullmatch(first)
-    return int(match.group(1)) ** 2 if match else 28 * 28
+def first_fan_in(layers: list) -> int:
+    """K₁, the fan-in of the first layer of a layer list on the data sets' one-channel images: k² for a
+    convolution ("conv", k, channels, stride), block² for a locally connected layer ("local", block), every pixel
+    (784) for a dense layer."""
+    first = layers[0]  # ("conv", k, ...) and ("local", block) both hold their side second
+    return first[1] ** 2 if isinstance(first, (tuple, list)) else ebp_data.image_side() ** 2
 
 
-def init_scale(scheme: str, architecture: str) -> float:
-    """The init_scale of a scheme for a network (module docstring); ValueError naming the schemes."""
+def init_scale(scheme: str, layers: list) -> float:
+    """The init_scale of a scheme for a network's layer list (module docstring); ValueError naming the schemes."""
     if scheme not in INIT_SCHEMES:
         raise ValueError(f"unknown initialisation scheme {scheme!r}; choose one of {', '.join(INIT_SCHEMES)}")
-    return 1.0 if scheme == "reference" else float(first_fan_in(architecture))
+    return 1.0 if scheme == "reference" else float(first_fan_in(layers))
 
 
-def scheme_of(parameters: dict) -> str:
-    """The scheme of a run's parameters (architecture, init_scale); "init_scale <x>" for another value."""
+def scheme_of(scale: float, layers: list) -> str:
+    """The scheme whose init_scale for the layer list `layers` is `scale` (a run's); "init_scale <x>" for
+    another value."""
     for scheme in INIT_SCHEMES:
-        if parameters["init_scale"] == init_scale(scheme, parameters["architecture"]):
+        if scale == init_scale(scheme, layers):
             return scheme
-    return f"init_scale {parameters['init_scale']:g}"
+    return f"init_scale {scale:g}"
 
 
 def profile_name(epochs: int, n_train: int | None = None, scheme: str = DEFAULT_SCHEME) -> str:

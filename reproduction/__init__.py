@@ -1,10 +1,12 @@
 """The reproduction harness, one module per job.
 
 parameters        the parameters of one experiment (a run of notebooks/experiment.ipynb), profiles, validation
+architectures     architecture names: a name's layer list and each layer's kind (dense, local, conv)
 records           machine and version records, git state, files written whole or not at all, run records
 run_files         the files every run's folder has: their names, its lock, its record read back
 folder            the folder of one run: where it lies, its lock, result.json, the checkpoint, its state
 paper_tables      the paper's Tables 2-4 as data (paper_tables.csv) and the jobs that reproduce them
+job               the runner's job: one run of the experiment notebook, frozen and validated once
 runner            running jobs: papermill for one, a Dask cluster for a batch
 group             runs that differ only in their seed, trained side by side (the JAX engine)
 verify            replaying a run record's first epochs with the code that ran it, and comparing

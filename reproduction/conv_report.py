@@ -13,11 +13,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-import ebp_conv
 import ebp_conv_catalogue as catalogue
 import ebp_data
 from ebp_lib import DEFAULT_MASK_READING, DEFAULT_UPDATE
-from reproduction.parameters import NOT_LEARNING, is_spatial
+from reproduction.architectures import architecture_layers, family
+from reproduction.parameters import NOT_LEARNING
 
 OUTPUTS = ("test_ebp_p", "test_ebp_d")
 COMPARATOR_PROFILE = "paper"
@@ -59,14 +59,15 @@ class Group:
 
 
 def is_cnn(architecture: str) -> bool:
-    return bool(ebp_conv.CONV_NAME.fullmatch(str(architecture).split("-")[0]))
+    return family(architecture) == "conv"
 
 
 def _group(records) -> list[Group]:
     groups = {}
     for r in records:
         p = r["parameters"]
-        key = (p["dataset"], p["weights"], p["architecture"], catalogue.scheme_of(p), r["profile"])
+        key = (p["dataset"], p["weights"], p["architecture"],
+               catalogue.scheme_of(p["init_scale"], architecture_layers(p["architecture"])), r["profile"])
         groups.setdefault(key, {})[p["seed"]] = r
     return [Group(key, runs) for key, runs in sorted(groups.items())]
 
@@ -85,8 +86,7 @@ def comparator_groups(results, dataset: str, weights: str) -> dict[str, list[Gro
              and r["parameters"]["update"] == DEFAULT_UPDATE
              and r["parameters"]["init_scale"] == 1.0 and not is_cnn(r["parameters"]["architecture"])]
     groups = _group(plain)
-    return {"dense": [g for g in groups if not is_spatial(g.key[2])],
-            "local": [g for g in groups if is_spatial(g.key[2])]}
+    return {kind: [g for g in groups if family(g.key[2]) == kind] for kind in ("dense", "local")}
 
 
 def paired(cnn: Group, other: Group, output: str) -> tuple[float, float, int] | None:
@@ -200,3 +200,88 @@ def _finished_clause(g: Group, results) -> str:
 
 def _name(output: str) -> str:
     return {"test_ebp_p": "EBP-P", "test_ebp_d": "EBP-D"}[output]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# EBP's successors on the same CNNs (reproduction.successors, profile "cnn")
+# ----------------------------------------------------------------------------------------------------------
+
+SUCCESSOR_PROFILE = "cnn"
+
+
+def load_successors(root=None, profile: str = SUCCESSOR_PROFILE) -> list[dict]:
+    """The finished successor records under root/<profile>/<dataset>/<run>/result.json (root: outputs/successors)
+    whose net is a CNN, each checked (records.record_problems); ValueError naming a record that fails its check."""
+    from pathlib import Path
+
+    from reproduction import records
+    from reproduction import successors as sc
+    found = []
+    for path in sorted(Path(root or sc.OUTPUT_DIR, profile).glob("*/*/result.json")):
+        record = records.read_record(path)
+        problems = records.record_problems(record)
+        if problems:
+            raise ValueError(f"{path}: {problems[0]}; rerun it (scripts/run_successors.py resumes) or set it aside")
+        if record["finished"] and is_cnn(record["parameters"]["architecture"]):
+            found.append(record)
+    return found
+
+
+def successor_errors(record: dict) -> dict:
+    """A successor record's test errors (deployed: its packed ±1 net; predictive: BayesBiNN's Monte Carlo average,
+    where present) and the NLL and ECE of its probabilistic output (the predictive where present, else the
+    deployed net's softmax)."""
+    outputs = record["evaluation"]["outputs"]
+    probabilistic = outputs.get("predictive", outputs["deployed"])
+    return {"deployed": record["evaluation"]["packed"]["error"],
+            "predictive": outputs["predictive"]["test_error"] if "predictive" in outputs else None,
+            "nll": probabilistic["nll"], "ece": probabilistic["ece"]}
+
+
+def ebp_cnn_group(results, dataset: str, architecture: str) -> Group | None:
+    """EBP's binary CNN group of a data set and net at the reference initialisation (cnn_groups), the one of most
+    epochs where profiles differ; None if there is none."""
+    groups = [g for g in cnn_groups(results) if g.key[:4] == (dataset, "binary", architecture, catalogue.DEFAULT_SCHEME)]
+    return max(groups, key=lambda g: (min(g.epochs_done()), len(g.runs)), default=None)
+
+
+def _paired_points(mine: dict, other: dict) -> str:
+    """mean ± SD (pairs) of mine − other over shared seeds, in points; "no shared seed" where none."""
+    seeds = sorted(set(mine) & set(other))
+    if not seeds:
+        return "no shared seed"
+    d = [100 * (mine[s] - other[s]) for s in seeds]
+    return f"{statistics.fmean(d):+.2f} ± {statistics.stdev(d) if len(d) > 1 else 0.0:.2f} ({len(d)})"
+
+
+def successor_rows(results, successors: list[dict]) -> list[dict]:
+    """Per data set and CNN of the successors' records: EBP's row (EBP-P and EBP-D, mean ± SD over seeds, %) and one
+    row per successor method (deployed and predictive test error, NLL, ECE, seeds, epochs done) with its deployed
+    error's paired difference from EBP-D and from EBP-P by seed (successor − EBP, points)."""
+    by_net: dict = {}
+    for r in successors:
+        p = r["parameters"]
+        by_net.setdefault((p["dataset"], p["architecture"]), {}).setdefault(p["method"], {})[p["seed"]] = r
+    rows = []
+    for (dataset, architecture), methods in sorted(by_net.items()):
+        ebp = ebp_cnn_group(results, dataset, architecture)
+        ebp_final = {} if ebp is None else {o: {s: r["final"][o] for s, r in ebp.runs.items()} for o in OUTPUTS}
+        net = catalogue.catalogue_name(architecture) or architecture
+        if ebp is not None:
+            rows.append({"dataset": dataset, "net": net, "method": "EBP", "seeds": ",".join(map(str, sorted(ebp.runs))),
+                         "epochs": "/".join(map(str, ebp.epochs_done())), "deployed": mean_sd(ebp.errors("test_ebp_d")),
+                         "predictive": mean_sd(ebp.errors("test_ebp_p")), "nll": None, "ece": None,
+                         "− EBP-D (points)": None, "− EBP-P (points)": None})
+        for method, runs in sorted(methods.items()):
+            errors = {s: successor_errors(r) for s, r in sorted(runs.items())}
+            deployed = {s: e["deployed"] for s, e in errors.items()}
+            predictive = [e["predictive"] for e in errors.values() if e["predictive"] is not None]
+            rows.append({"dataset": dataset, "net": net, "method": method, "seeds": ",".join(map(str, errors)),
+                         "epochs": "/".join(str(runs[s]["epochs_done"]) for s in errors),
+                         "deployed": mean_sd(list(deployed.values())),
+                         "predictive": mean_sd(predictive) if predictive else None,
+                         "nll": statistics.fmean(e["nll"] for e in errors.values()),
+                         "ece": statistics.fmean(e["ece"] for e in errors.values()),
+                         **{f"− {_name(o)} (points)": _paired_points(deployed, ebp_final[o]) if ebp else "no EBP run"
+                            for o in ("test_ebp_d", "test_ebp_p")}})
+    return rows

@@ -521,13 +521,13 @@ def read_bytes(path) -> bytes | None:
         return None
 
 
-def job_state(job: dict) -> RunState:
-    """The state of a job's output folder (reads result.json, the whole checkpoint and the executed notebook,
-    never writes). A finished result is checked against the checkpoint beside it, if any, and must have its
-    evidence (evidence_problems): the executed notebook that printed what it holds, or a replay that vouches for
-    it; any disagreement makes the run inconsistent, no evidence unverified, never finished. A record of a newer
-    format than this code reads is `newer`, left alone."""
-    out = Path(job["output_dir"])
+def job_state(job) -> RunState:
+    """The state of a job's output folder (a reproduction.job.Job: its output_dir, for its config; reads
+    result.json, the whole checkpoint and the executed notebook, never writes). A finished result is checked
+    against the checkpoint beside it, if any, and must have its evidence (evidence_problems): the executed notebook
+    that printed what it holds, or a replay that vouches for it; any disagreement makes the run inconsistent, no
+    evidence unverified, never finished. A record of a newer format than this code reads is `newer`, left alone."""
+    out = job.output_dir
     result_path, checkpoint, executed = out / RESULT_FILE, out / CHECKPOINT_FILE, out / EXECUTED_FILE
     result = meta = None
     corrupt = []
@@ -555,7 +555,7 @@ def job_state(job: dict) -> RunState:
         problems += own
         files |= {result_path} if own else set()
     if meta is not None:
-        mine = parameter_problems(checkpoint_settings(meta), job["config"].parameters(), "these parameters",
+        mine = parameter_problems(checkpoint_settings(meta), job.config.parameters(), "these parameters",
                                   CHECKPOINT_FILE)
         if result is not None and not problems:  # a record at odds with itself is compared no further
             mine += checkpoint_problems(result, meta, RESULT_FILE, CHECKPOINT_FILE)
@@ -570,7 +570,7 @@ def job_state(job: dict) -> RunState:
         files |= {result_path, executed} if theirs else set()
     if problems:
         return RunState("inconsistent", 0, problems, sorted(files, key=[result_path, checkpoint, executed].index))
-    verdict = finished_run(out, result, job["config"])
+    verdict = finished_run(out, result, job.config)
     if verdict is not None:
         state, why = verdict
         return RunState(state, result["epochs_done"], [] if state == "finished" else [why],

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import ebp_conv
 import ebp_data
 import ebp_lib
 import ebp_train
+from reproduction.architectures import INPUT_SIDE, architecture_layers, is_spatial, paper_architecture
 from reproduction.records import REPO
 
 NOTEBOOK = REPO / "notebooks" / "experiment.ipynb"  # the experiment: its `parameters` cell assigns the defaults
@@ -62,7 +62,6 @@ PAPER_EPOCHS, FULL_TRAIN = 120, ebp_data.train_size()
 DATASET_CHOICES = tuple(ebp_data.DATASETS)  # the data sets experiments train on
 WEIGHTS = ("binary", "real")
 PREPROCESSINGS = ("pixel", "global", "unit", "image")
-INPUT_SIDE = ebp_data.image_side()  # the side of the data sets' images, 28x28 pixels
 MASK_READINGS = ebp_lib.MASK_READINGS  # absent (default) or held: docs/maths.md §Spatial filtering
 # spec (default) or one of the authors' codes: ebp_lib.UPDATES, each with its help line (updates_help)
 UPDATES = ebp_lib.UPDATES  # the one catalogue itself, not a copy: an entry added there is known here at once
@@ -122,48 +121,6 @@ def _is_int(value) -> bool:
 def _is_number(value) -> bool:
     """A finite int or float that is not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-# The paper's architecture names: hidden layer sizes joined by "-" ("800", "800-800"), "block<k>" (one locally
-# connected layer of k×k blocks) or "361-100" (two of 10×10 blocks); digits are ASCII, with no spaces or "_", so
-# that a name is recorded and compared exactly as the tables write it. The names are the paper's and this harness's,
-# not the maths': ebp_lib takes the layer lists they stand for. Beyond the paper, convolutional nets (ebp_conv):
-# c<kernel>x<channels>s<stride> layers joined by "-", then optionally dense hidden sizes, e.g. "c5x16s2-c5x32s2"
-# (5x5 kernels, 16 then 32 maps, stride 2: 28 → 12 → 4, then the output layer) or "c5x16s2-100".
-CONV_ARCHITECTURE = r"c[0-9]+x[0-9]+s[0-9]+(?:-c[0-9]+x[0-9]+s[0-9]+)*(?:-[0-9]+)*"
-ARCHITECTURE_NAME = re.compile(rf"(?:block[0-9]+|[0-9]+(?:-[0-9]+)*|{CONV_ARCHITECTURE})", re.ASCII)
-
-
-def paper_architecture(name: str, n_classes: int = 10) -> list:
-    """The layer list (ebp_lib.init_network's architecture) of one of the paper's architecture names: "800",
-    "800-800" (1D input), "block13" (spatial, one hidden layer of (28-13+1)² units), "361-100" (spatial: 10×10
-    blocks twice); beyond the paper, "c5x16s2-c5x32s2" (convolutions: [("conv", 5, 16, 2), ("conv", 5, 32, 2),
-    10]). ValueError for a name that is not of ARCHITECTURE_NAME's form; block and kernel sizes are checked by
-    architecture_layers."""
-    if not ARCHITECTURE_NAME.fullmatch(name):
-        raise ValueError(f"unknown architecture {name!r}; use e.g. '800', '800-800', 'block13', '361-100' or "
-                         f"'c5x16s2-c5x32s2' (ASCII digits, no spaces)")
-    if name.startswith("c"):
-        convs = [ebp_conv.CONV_NAME.fullmatch(part) for part in name.split("-")]
-        return [("conv", *map(int, m.groups())) if m else int(part)
-                for m, part in zip(convs, name.split("-"))] + [n_classes]
-    if name.startswith("block"):
-        return [("local", int(name[5:])), n_classes]
-    if name == "361-100":
-        return [("local", 10), ("local", 10), n_classes]
-    return [int(v) for v in name.split("-")] + [n_classes]
-
-
-def architecture_layers(name) -> list:
-    """The layer list of a paper architecture name ("200", "800-800", "block13", "361-100"), validated."""
-    layers = paper_architecture(str(name))
-    ebp_lib.check_architecture(layers, INPUT_SIDE)  # block sizes must fit the 28x28 image
-    return layers
-
-
-def is_spatial(name) -> bool:
-    """Whether a paper architecture name has a locally connected layer (Table 4: "block13", "361-100")."""
-    return any(isinstance(spec, (tuple, list)) and spec[0] == "local" for spec in architecture_layers(name))
 
 
 def updates_help() -> str:

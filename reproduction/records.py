@@ -251,7 +251,7 @@ def describe_error(err: BaseException, path=None) -> str:
 
 RECORD_FORMAT = 4  # the version of result.json that write_record writes and every reader receives
 # EBP runs (reproduction.folder.EpochRecorder), the backprop baseline, and EBP's successors (reproduction.successors)
-METHODS = ("ebp", "backprop", "successor")
+RECORD_KINDS = ("ebp", "backprop", "successor")
 HISTORY_ERRORS = {"ebp": ("test_ebp_p", "test_ebp_d", "train_ebp_p", "train_ebp_d"),
                   "backprop": ("test_error", "validation_error", "train_error"),
                   "successor": ("test_error", "validation_error", "train_error")}
@@ -358,7 +358,7 @@ def upgrade_record(data: dict) -> dict:
     where the experiment's parameters have it (after `weights`, then after `mask_reading`). Formats 1 to 3 (EBP
     runs): each parameter of RENAMED_PARAMETERS takes its new name, in its place. Backprop records of formats 2 and
     3, and successor records of format 3, are those of format 4."""
-    if data.get("format") not in (1, 2, 3) or data.get("method", "ebp") not in METHODS:
+    if data.get("format") not in (1, 2, 3) or data.get("method", "ebp") not in RECORD_KINDS:
         return data
     method = data.get("method", "ebp")
     data = {"format": RECORD_FORMAT, "method": method, **{k: v for k, v in data.items() if k not in ("format",
@@ -399,8 +399,8 @@ def check_record_fields(data, where) -> dict:
         raise RecordError(f"{where}: format {data.get('format')!r} is not a run record format this code reads "
                           f"({RECORD_FORMAT}, or older ones upgrade_record knows)")
     method = data.get("method")
-    if method not in METHODS:
-        raise RecordError(f"{where}: method {method!r} is not one of {', '.join(METHODS)}")
+    if method not in RECORD_KINDS:
+        raise RecordError(f"{where}: method {method!r} is not one of {', '.join(RECORD_KINDS)}")
     for name, kind in RECORD_FIELDS[method].items():
         if name not in data:
             raise RecordError(f"{where}: field {name} is missing")

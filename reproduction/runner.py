@@ -9,7 +9,6 @@ command line.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -18,7 +17,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ebp_lib
 from reproduction.folder import (
     CHECKPOINT_FILE,
     EXECUTED_FILE,
@@ -34,43 +32,13 @@ from reproduction.folder import (
     remove_temporaries,
     sha256,
 )
-from reproduction.parameters import (
-    FULL_TRAIN,
-    NOTEBOOK,
-    same_configuration,
-)
+from reproduction.job import Job, job_cost, job_environment, notebook_parameters
+from reproduction.parameters import NOTEBOOK, same_configuration
 from reproduction.records import RecordError, describe_error, read_record, write_atomically, write_record
 
 # The states of a run folder (folder.job_state) that a batch leaves alone and reports: a finished run that
 # disagrees with its evidence, of other parameters, without its evidence, or of a record format newer than this code.
 LEFT_ALONE = ("inconsistent", "stale", "unverified", "newer")
-
-# Set to one thread in every notebook kernel: a batch runs one job per core.
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
-
-
-# Set for the JAX engine: each process takes GPU memory as it needs it, instead of 75% of it at its first array
-# (a group's worker process and then each run's notebook kernel use the same GPU one after the other).
-JAX_VARS = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-
-
-@contextlib.contextmanager
-def job_environment(job: dict):
-    """Set the job's environment (its data folder; one BLAS thread; JAX_VARS for the JAX engine) for the notebook
-    kernel it starts, and restore the previous values afterwards (a worker thread may run other jobs later)."""
-    wanted = {**{var: "1" for var in THREAD_VARS}, **(JAX_VARS if job.get("engine") == "jax" else {}),
-              **job.get("env", {})}
-    previous = {name: os.environ.get(name) for name in wanted}
-    os.environ.update(wanted)
-    try:
-        yield
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
 
 # A notebook kernel that dies or stays silent before answering kernel_info (a loaded machine) has run no cell, so
 # starting it again is safe; a bounded number of tries keeps a kernel that can never start from looping.
@@ -108,7 +76,7 @@ def execute_notebook(notebook: str, output: Path, tries: int = KERNEL_START_TRIE
     return error, f"the notebook's kernel died before it started ({first}): started {attempts} times, {ended}"
 
 
-def run_job(job: dict) -> dict:
+def run_job(job: Job) -> dict:
     """Execute notebooks/experiment.ipynb for `job` into <output_dir>/experiment.ipynb with papermill.
 
     The job's configuration (`config`, a RunConfig) was validated when make_jobs built it and is passed on as it
@@ -121,10 +89,10 @@ def run_job(job: dict) -> dict:
     it. Returns an outcome dict with status skipped, busy, stale, inconsistent, finished or failed (and `error`,
     `notebook`, `note`, `files`).
     """
-    out = Path(job["output_dir"])
+    out = job.output_dir
     executed = out / EXECUTED_FILE
     start = time.time()
-    outcome = {"key": job["key"], "notebook": str(executed), "host": socket.gethostname()}
+    outcome = {"key": job.key, "notebook": str(executed), "host": socket.gethostname()}
 
     def failed(error):
         return {**outcome, "status": "failed", "error": error, "notebook": notebook_of(job),
@@ -144,8 +112,8 @@ def run_job(job: dict) -> dict:
 
     tmp = out / f".experiment-{os.getpid()}.tmp.ipynb"
     with job_environment(job):
-        error, retried = execute_notebook(job["notebook"], tmp, parameters=notebook_parameters(job),
-                                          kernel_name="python3", cwd=str(Path(job["notebook"]).parent),
+        error, retried = execute_notebook(job.notebook, tmp, parameters=notebook_parameters(job),
+                                          kernel_name="python3", cwd=str(Path(job.notebook).parent),
                                           progress_bar=False, log_output=False)
     if retried:
         outcome["note"] = "; ".join(filter(None, [outcome.get("note"), retried]))
@@ -158,7 +126,7 @@ def run_job(job: dict) -> dict:
         kept = f"{executed} was kept as it was" if executed.exists() else "no notebook was kept"
         return failed(f"{describe_error(error, tmp)}; the temporary was removed and {kept}")
     # the notebook ran to its end or to a cell's exception: papermill wrote it completely
-    problem = _keep_notebook(tmp, executed, Path(job["notebook"]).parents[1])
+    problem = _keep_notebook(tmp, executed, Path(job.notebook).parents[1])
     if error is not None:
         return failed(describe_error(error) + ("" if problem is None else f"; {problem}"))
     if problem is not None:
@@ -191,25 +159,19 @@ def record_notebook_digest(out: Path) -> dict:
     return result
 
 
-def notebook_parameters(job: dict) -> dict:
-    """What papermill gives the experiment notebook for `job`: its configuration's parameters, and its engine when
-    the job names one (a run option, parameters.RUN_OPTIONS); a job without one runs the notebook's default engine."""
-    return {**job["config"].parameters(), **({"engine": job["engine"]} if job.get("engine") else {})}
-
-
-def _prepare_folder(job: dict) -> dict:
+def _prepare_folder(job: Job) -> dict:
     """Holding the folder's lock: look again (another runner may have finished the run since the batch was
     planned), clear leftover temporaries, move corrupt files aside. Returns a final outcome (status) or notes."""
-    _, lock = open_output_dir(Path(job["output_dir"]))
+    _, lock = open_output_dir(job.output_dir)
     try:
         return prepare_locked(job)
     finally:
         lock.close()
 
 
-def prepare_locked(job: dict) -> dict:
+def prepare_locked(job: Job) -> dict:
     """_prepare_folder's work, for a caller that holds the folder's lock (reproduction.group keeps it to train)."""
-    out = Path(job["output_dir"])
+    out = job.output_dir
     state, notes = job_state(job), {}
     if state.state == "corrupt":
         moved = [f"{f} (unreadable) -> {move_aside(f).name}" for f in state.files]
@@ -259,20 +221,11 @@ def _keep_notebook(tmp: Path, executed: Path, root: Path) -> str | None:
     return None
 
 
-def job_cost(job: dict) -> float:
-    """Relative cost of one epoch: images seen × weights (dense, as the engine multiplies dense matrices);
-    evaluation (10,000 test + up to 10,000 training images, forward only) counted at a third per image."""
-    sizes = ebp_lib.check_architecture(job["config"].layers)
-    weights = sum(a * b for a, b in zip(sizes, sizes[1:]))
-    n = job["config"].n_train or FULL_TRAIN
-    return weights * (n + (10000 + min(n, 10000)) / 3)
-
-
-def _progress(job: dict) -> tuple[int, float | None]:
+def _progress(job: Job) -> tuple[int, float | None]:
     """(epochs done, wall seconds per epoch in the current session) from the job's partial result.json; for a run
     trained in a group (its session names the group), its share of the group's epoch."""
-    result = read_result(job["output_dir"])
-    if not result or not result["sessions"] or not same_configuration(result["parameters"], job["config"].parameters()):
+    result = read_result(job.output_dir)
+    if not result or not result["sessions"] or not same_configuration(result["parameters"], job.config.parameters()):
         return 0, None
     session = result["sessions"][-1]
     if session["to_epoch"] <= session["from_epoch"]:
@@ -289,18 +242,18 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def status_line(elapsed: float, todo: list[dict], outcomes: dict, running: list[dict], workers: int) -> str:
+def status_line(elapsed: float, todo: list[Job], outcomes: dict, running: list[Job], workers: int) -> str:
     """'[elapsed] k/n runs done (f failed) | running: key epoch e/E ... | about T left', counting only the
     batch's runs to do (`todo`), not the ones skipped or busy at the start."""
-    keys = {job["key"] for job in todo}
+    keys = {job.key for job in todo}
     done = {k: o for k, o in outcomes.items() if k in keys}
     parts, rate_num, rate_den, remaining = [], 0.0, 0.0, 0.0
     for job in running:
         epochs, per_epoch = _progress(job)
-        parts.append(f"{job['key']} epoch {epochs}/{job['config'].epochs}")
+        parts.append(f"{job.key} epoch {epochs}/{job.config.epochs}")
         if per_epoch:
             rate_num, rate_den = rate_num + per_epoch, rate_den + job_cost(job)
-    waiting = [j for j in todo if j["key"] not in done and j not in running]
+    waiting = [j for j in todo if j.key not in done and j not in running]
     failed = sum(1 for o in done.values() if o["status"] == "failed")
     line = (f"[{format_seconds(elapsed):>6}] {len(done)}/{len(todo)} runs done"
             f"{f' ({failed} failed)' if failed else ''} | running: {', '.join(parts) or '-'}")
@@ -308,28 +261,28 @@ def status_line(elapsed: float, todo: list[dict], outcomes: dict, running: list[
         rate = rate_num / rate_den  # seconds per unit of job_cost, from the epochs seen so far
         for job in running + waiting:
             epochs, _ = _progress(job)
-            remaining += (job["config"].epochs - epochs) * job_cost(job) * rate
+            remaining += (job.config.epochs - epochs) * job_cost(job) * rate
         line += f" | about {format_seconds(remaining / max(1, min(workers, len(running) + len(waiting))))} left"
     return line
 
 
-def plan_batch(jobs: list[dict], echo=print) -> tuple[dict, list[dict]]:
+def plan_batch(jobs: list[Job], echo=print) -> tuple[dict, list[Job]]:
     """(outcomes of the jobs that need no run: skipped, busy, stale, inconsistent; the jobs to run). Planning
     reads and never writes: a finished run's leftover checkpoint is removed by run_job, holding the folder's lock,
     after checking it once more. Every decision is echoed, stale, corrupt and inconsistent ones with their files."""
     outcomes, todo = {}, []
     for job in jobs:
-        state, out = job_state(job), Path(job["output_dir"])
+        state, out = job_state(job), job.output_dir
         if state.state == "finished" and not (out / CHECKPOINT_FILE).exists():
-            outcomes[job["key"]] = {"key": job["key"], "status": "skipped", "epochs": state.epochs,
+            outcomes[job.key] = {"key": job.key, "status": "skipped", "epochs": state.epochs,
                                     "final": read_result(out)["final"]}
         elif is_locked(out):
-            outcomes[job["key"]] = {"key": job["key"], "status": "busy",
+            outcomes[job.key] = {"key": job.key, "status": "busy",
                                     "error": "another process is training this run now"}
         elif state.state in LEFT_ALONE:
-            outcomes[job["key"]] = {"key": job["key"], "status": state.state,
+            outcomes[job.key] = {"key": job.key, "status": state.state,
                                     "error": "; ".join(state.problems), "files": [str(f) for f in state.files]}
-            echo(f"  {job['key']}: {state.state}, left alone ({'; '.join(state.problems)}; files: "
+            echo(f"  {job.key}: {state.state}, left alone ({'; '.join(state.problems)}; files: "
                  f"{', '.join(map(str, state.files))})")
         else:
             todo.append(job)
@@ -337,7 +290,7 @@ def plan_batch(jobs: list[dict], echo=print) -> tuple[dict, list[dict]]:
                     "finished": "finished; its checkpoint agrees with the result and will be removed",
                     "corrupt": "unreadable " + ", ".join(map(str, state.files)) + ": it will be moved aside to "
                                "<name>.corrupt-<time> and the run restarted without it"}[state.state]
-            echo(f"  {job['key']}: {note}")
+            echo(f"  {job.key}: {note}")
     count = lambda *statuses: sum(o["status"] in statuses for o in outcomes.values())  # noqa: E731
     echo(f"{len(jobs)} runs selected: {count('skipped')} already finished (skipped), {count('busy')} busy "
          f"elsewhere, {count(*LEFT_ALONE)} inconsistent, stale, unverified or of a newer format (left alone), "
@@ -466,12 +419,12 @@ TIMEOUT_BASE = 900.0
 ENGINE_SLOWDOWN = {"reference": 50.0}
 
 
-def run_timeout(job: dict) -> float:
+def run_timeout(job: Job) -> float:
     """Seconds the runner waits for `job` once sent to a worker before failing it (run_batch's run_timeout
     overrides it): a bound from its cost estimate, job_cost, for the epochs it has left, times its engine's
     ENGINE_SLOWDOWN."""
-    epochs_left = max(0, job["config"].epochs - _progress(job)[0])
-    slowdown = ENGINE_SLOWDOWN.get(job.get("engine"), 1.0)
+    epochs_left = max(0, job.config.epochs - _progress(job)[0])
+    slowdown = ENGINE_SLOWDOWN.get(job.engine, 1.0)
     return TIMEOUT_BASE + TIMEOUT_FACTOR * epochs_left * job_cost(job) * SECONDS_PER_COST * slowdown
 
 
@@ -497,16 +450,16 @@ class Batch:
     checked: float = 0.0
     lonely_since: float | None = None
 
-    def fail(self, job: dict, error: str) -> None:
-        self.outcomes[job["key"]] = {"key": job["key"], "status": "failed", "error": error,
+    def fail(self, job: Job, error: str) -> None:
+        self.outcomes[job.key] = {"key": job.key, "status": "failed", "error": error,
                                      "notebook": notebook_of(job)}
-        self.echo(f"  {job['key']}: failed ({error})")
+        self.echo(f"  {job.key}: failed ({error})")
 
-    def running_jobs(self) -> list[dict]:
+    def running_jobs(self) -> list[Job]:
         return [job for task in self.running.values() for job in task]
 
 
-def plan_tasks(todo: list[dict], grouping, echo) -> list[list[dict]]:
+def plan_tasks(todo: list[Job], grouping, echo) -> list[list[Job]]:
     """The tasks of the jobs to run: one each, or with `grouping` the JAX engine's jobs that differ only in their
     seed in one task (grouping.group_jobs), said so."""
     if grouping is None:
@@ -514,7 +467,7 @@ def plan_tasks(todo: list[dict], grouping, echo) -> list[list[dict]]:
     tasks = grouping.group_jobs(todo)
     for task in tasks:
         if len(task) > 1:
-            echo(f"  trained together (engine {task[0]['engine']}): {', '.join(job['key'] for job in task)}")
+            echo(f"  trained together (engine {task[0].engine}): {', '.join(job.key for job in task)}")
     return tasks
 
 
@@ -524,9 +477,9 @@ def submit(batch: Batch, client, workers, window: int, grouping, run_timeout_s: 
     while batch.queue and len(batch.running) < window:
         task = batch.queue.pop(0)
         if len(task) > 1:
-            function, argument, name = grouping.run_group, task, f"group-{task[0]['key']}"
+            function, argument, name = grouping.run_group, task, f"group-{task[0].key}"
         else:
-            function, argument, name = run_job, task[0], f"run-{task[0]['key']}"
+            function, argument, name = run_job, task[0], f"run-{task[0].key}"
         future = client.submit(function, argument, pure=False, key=f"{name}-{os.urandom(4).hex()}",
                                **({} if workers is None else {"workers": workers, "allow_other_workers": False}))
         limit = run_timeout_s or sum(run_timeout(job) for job in task)
@@ -542,11 +495,11 @@ def collect(batch: Batch) -> bool:
             answers = future.result()
             answers = answers if isinstance(answers, list) else [answers]
         except Exception as err:
-            answers = [{"key": job["key"], "status": "failed", "error": f"worker error: {describe_error(err)}",
+            answers = [{"key": job.key, "status": "failed", "error": f"worker error: {describe_error(err)}",
                         "notebook": notebook_of(job)} for job in task]
         for job, outcome in zip(task, answers):
-            batch.outcomes[job["key"]] = outcome
-            batch.echo(f"  {job['key']}: {outcome['status']}"
+            batch.outcomes[job.key] = outcome
+            batch.echo(f"  {job.key}: {outcome['status']}"
                        + (f" ({outcome['note']})" if outcome.get("note") else "")
                        + (f" ({outcome['error']})" if outcome["status"] in ("failed", *LEFT_ALONE) else ""))
     return bool(done)
@@ -587,7 +540,7 @@ def watch_workers(batch: Batch, now: float, client, workers: list[str], schedule
     return True
 
 
-def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None = None,
+def run_batch(jobs: list[Job], n_jobs: int | None = None, scheduler: str | None = None,
               progress_every: float = 30.0, echo=print, run_timeout_s: float | None = None,
               worker_wait: float = WORKER_WAIT, grouping=None) -> list[dict]:
     """Run `jobs`: finished ones are skipped, others resume from their checkpoint. Returns one outcome per
@@ -607,7 +560,7 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
     """
     outcomes, todo = plan_batch(jobs, echo)
     if not todo:
-        return [outcomes[j["key"]] for j in jobs]
+        return [outcomes[j.key] for j in jobs]
     batch = Batch(outcomes, plan_tasks(todo, grouping, echo), echo)
     start, last = time.time(), 0.0
     handle_sigterm = _main_thread()
@@ -616,11 +569,11 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
     try:
         n_local = min(n_jobs or os.cpu_count() or 1, len(batch.queue))
         try:
-            client, workers, close = _start_cluster(scheduler, n_local, echo, todo[0]["notebook"], worker_wait)
+            client, workers, close = _start_cluster(scheduler, n_local, echo, todo[0].notebook, worker_wait)
         except ClusterError as err:
             for job in todo:
                 batch.fail(job, str(err))
-            return [outcomes[j["key"]] for j in jobs]
+            return [outcomes[j.key] for j in jobs]
         if workers is None:
             window = n_local
         else:
@@ -642,19 +595,19 @@ def run_batch(jobs: list[dict], n_jobs: int | None = None, scheduler: str | None
         echo("interrupted: stopping the running jobs (their checkpoints are kept; rerun the same command to "
              "resume)")
         for job in todo:
-            outcomes.setdefault(job["key"], {"key": job["key"], "status": "interrupted",
+            outcomes.setdefault(job.key, {"key": job.key, "status": "interrupted",
                                              "epochs": _progress(job)[0]})
     finally:
         if handle_sigterm:
             signal.signal(signal.SIGTERM, previous_sigterm)
         if close is not None:
             close(interrupted)
-    return [outcomes[j["key"]] for j in jobs]
+    return [outcomes[j.key] for j in jobs]
 
 
-def notebook_of(job: dict) -> str:
+def notebook_of(job: Job) -> str:
     """The executed notebook to read for a failed job: its run's, or a note that there is none yet."""
-    executed = Path(job["output_dir"]) / EXECUTED_FILE
+    executed = job.output_dir / EXECUTED_FILE
     return str(executed) if executed.exists() else f"none yet ({executed} was not written)"
 
 
@@ -666,7 +619,7 @@ def exit_status(outcomes: list[dict]) -> int:
     return 1 if any(o["status"] in ("failed", *LEFT_ALONE) for o in outcomes) else 0
 
 
-def summary(jobs: list[dict], outcomes: list[dict]) -> str:
+def summary(jobs: list[Job], outcomes: list[dict]) -> str:
     """The end-of-batch report: one line per run, then every failure with the path of its notebook, and every
     inconsistent run with its files."""
     lines = [f"{'run':<32} {'status':<12} {'epochs':>6} {'EBP-P %':>8} {'EBP-D %':>8}  rows"]
@@ -674,8 +627,8 @@ def summary(jobs: list[dict], outcomes: list[dict]) -> str:
         final = o.get("final") or {}
         p = f"{100 * final['test_ebp_p']:.2f}" if final else "-"
         d = f"{100 * final['test_ebp_d']:.2f}" if final else "-"
-        lines.append(f"{job['key']:<32} {o['status']:<12} {o.get('epochs', '-')!s:>6} {p:>8} {d:>8}  "
-                     f"{'; '.join(job['rows'])}")
+        lines.append(f"{job.key:<32} {o['status']:<12} {o.get('epochs', '-')!s:>6} {p:>8} {d:>8}  "
+                     f"{'; '.join(job.cells)}")
     counts = {s: sum(o["status"] == s for o in outcomes) for s in
               ("finished", "skipped", "failed", *LEFT_ALONE, "busy", "interrupted")}
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) or "nothing to do")

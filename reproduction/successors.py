@@ -21,6 +21,12 @@ split of the training set and never on the test set:
   epochs without a new best validation error, stopped after `stop_patience` such epochs or at `max_epochs`
   (EBP's 120); the state of the best-validation epoch is kept and evaluated at the end.
 
+The same protocol trains the successors on EBP's CNNs (successors.cnn: ±1 kernels, BN per channel, sign units;
+an architecture "lenet", "wide" or its c<k>x<channels>s<stride> name, recorded by that name) as profile "cnn":
+`max_epochs` 30, the budget of EBP's CNN runs (outputs/runs/named-e30), everything else as above. Their deployed
+net is folded per channel and run packed by ebp_binary_conv (successors.cnn_evaluate), saved by
+ebp_binary_conv_format; their records live under outputs/successors/cnn (or smoke).
+
 Every epoch records the validation, test and training error (first 10,000 fit images) of the deployed net, the
 test error never used for a choice. At the end the best epoch's net is evaluated (successors.evaluate): its test
 error through ebp_binary's packed inference and its mismatches with the float64 evaluation of the unfolded net,
@@ -73,6 +79,11 @@ PROFILES = {"tuned": {}, "smoke": {"n_train": 3000, "n_validation": 1000, "grid_
 # short); the halving every `patience` epochs as in PROTOCOL. Records say protocol "sensitivity" and live under
 # outputs/successors/sensitivity, beside, never in place of, the tuned runs.
 PROFILES["sensitivity"] = {"grid_epochs": 10, "stop_patience": 30}
+# The successors on EBP's CNNs (successors.cnn: an ebp_conv_catalogue name or a c<k>x<channels>s<stride> name): the
+# tuned protocol at the maximum epoch budget of EBP's CNN runs (30 epochs of 60,000 images, outputs/runs/named-e30),
+# not EBP's 120 of the dense nets; grid, halving, early stop and best-validation epoch unchanged. A CNN trains at
+# this profile (its default) or at the smoke profile; its records live under outputs/successors/cnn.
+PROFILES["cnn"] = {"max_epochs": 30}
 OVERRIDABLE = set(PROTOCOL) | {"grid"}
 # The order of a record's parameters (tuned.TunedConfig.parameters).
 LAYOUT = ("method", "dataset", "architecture", "profile", "network", "batch_size", "preprocessing_grid", "grid",
@@ -91,12 +102,20 @@ def methods() -> dict:
     return {name: registry.method(name) for name in registry.METHODS}
 
 
-def make_parameters(method: str, dataset: str, architecture: str, profile: str = "tuned", **overrides) -> dict:
+def make_parameters(method: str, dataset: str, architecture: str, profile: str | None = None, **overrides) -> dict:
     """The parameters of one run (PROTOCOL, the profile, then overrides), every value checked and every problem
-    listed (tuned.TunedConfig), so that a bad command line fails before a folder or file exists."""
+    listed (tuned.TunedConfig), so that a bad command line fails before a folder or file exists. Profile None: "cnn"
+    for a CNN (recorded by its grammar name, "lenet" → "c5x6s2-c5x16s2-100"), "tuned" for a dense net."""
+    from successors import cnn
     tuned.check_choice("method", method, methods())
     tuned.check_dataset(dataset)
+    conv = cnn.is_cnn(architecture)
+    architecture = cnn.resolve(architecture)
+    profile = profile or ("cnn" if conv else "tuned")
     tuned.check_choice("profile", profile, PROFILES)
+    if conv != (profile == "cnn") and profile != "smoke":
+        raise ValueError(f"profile {profile!r} is for {'dense nets' if conv else 'CNNs'}: a CNN trains at profile 'cnn' "
+                         f"(the tuned protocol at EBP's CNN budget of 30 epochs) or 'smoke', a dense net at the others")
     tuned.check_overrides(overrides, OVERRIDABLE)
     module = methods()[method]
     # a method may bring its own defaults (EBP: batch 10, its preprocessings); the profile and overrides win
@@ -107,7 +126,10 @@ def make_parameters(method: str, dataset: str, architecture: str, profile: str =
     if set(grid) != set(module.GRID) or not all(grid.values()) or not all(
             math.isfinite(v) and v > 0 for values in grid.values() for v in values):
         problems.append(f"grid {p.get('grid')} must give positive values for exactly {sorted(module.GRID)}")
-    sizes = tuned.hidden_layers(architecture)
+    if conv and hasattr(methods()[method], "Trainer"):
+        raise ValueError(f"method {method!r} trains dense nets only; EBP's CNNs are scripts/run_architecture.py's runs")
+    sizes = [getattr(layer, "units", layer) for layer in cnn.network(architecture).hidden] if conv else \
+        tuned.hidden_layers(architecture)
     if max(sizes) > MAX_HIDDEN or len(sizes) > MAX_LAYERS:
         problems.append(f"architecture {architecture!r}: at most {MAX_LAYERS} hidden layers of at most "
                         f"{MAX_HIDDEN:,} units (the paper's nets have 800)")
@@ -117,9 +139,9 @@ def make_parameters(method: str, dataset: str, architecture: str, profile: str =
     if tune_seed is not None and not tuned.is_count(tune_seed, 0):
         problems.append(f"tune_seed={tune_seed!r} must be an integer >= 0 or None (every seed runs its grid)")
     own = {"method": method, "architecture": str(architecture), "profile": profile,
-           "network": getattr(module, "NETWORK", "±1 weights, sign hidden units (hard-tanh STE), affine BN per "
-                              "hidden layer (momentum 0.15, ε 1e-4), output e^s·(W h) + b, softmax cross-entropy "
-                              "(successors.mlp)"),
+           "network": cnn.NETWORK if conv else getattr(
+               module, "NETWORK", "±1 weights, sign hidden units (hard-tanh STE), affine BN per hidden layer (momentum "
+               "0.15, ε 1e-4), output e^s·(W h) + b, softmax cross-entropy (successors.mlp)"),
            "grid": grid, "fixed": dict(module.FIXED),
            "mc_samples": int(p["mc_samples"]) if tuned.is_count(p["mc_samples"]) else p["mc_samples"],
            "tune_seed": None if tune_seed is None else int(tune_seed), "dtype": "float32"}
@@ -130,8 +152,8 @@ def make_parameters(method: str, dataset: str, architecture: str, profile: str =
 
 
 def protocol_label(params: dict) -> str:
-    """'tuned' for PROTOCOL on all training images (any seed), 'sensitivity' for the sensitivity profile as it
-    stands, 'smoke' for the smoke profile, else 'shortened'."""
+    """'tuned' for PROTOCOL on all training images (any seed), 'sensitivity' and 'cnn' for those profiles as they
+    stand, 'smoke' for the smoke profile, else 'shortened'."""
     if params["profile"] == "smoke":
         return "smoke"
     defaults = make_parameters(params["method"], params["dataset"], params["architecture"], params["profile"],
@@ -161,6 +183,7 @@ def n_tuned(params: dict) -> int:
 
 def describe_protocol(params: dict) -> str:
     """One sentence for every result and table: how this run was trained."""
+    from successors import cnn
     n_images = params["n_train"] or FULL_TRAIN
     grid = " x ".join([f"preprocessing in {{{', '.join(params['preprocessing_grid'])}}}"] +
                       [f"{k} in {{{', '.join(f'{v:g}' for v in vs)}}}" for k, vs in params["grid"].items()])
@@ -173,7 +196,7 @@ def describe_protocol(params: dict) -> str:
         where = f"grid run once, on seed {params['tune_seed']}, its choice used here"
     else:
         where = "grid run once, on this seed, its choice used by every seed"
-    return (f"{params['method']} on [784, {params['architecture'].replace('-', ', ')}, 10]; trained on "
+    return (f"{params['method']} on {cnn.network_text(params['architecture'])}; trained on "
             f"{n_images - params['n_validation']:,} images, {params['n_validation']:,} held out for validation; "
             f"{grid} ({n_tuned(params)} tuned) chosen by the deployed net's validation error after "
             f"{params['grid_epochs']} epochs ({where}); fixed: {fixed}; batch {params['batch_size']}, {steps}, "
@@ -198,13 +221,15 @@ def run_dir(params: dict, root=OUTPUT_DIR) -> Path:
 # ----------------------------------------------------------------------------------------------------------
 
 @functools.cache
-def compiled_epoch(method: str):
-    """One compiled epoch per method (successors.mlp.run_epoch), shared by every grid point and run: the
-    hyperparameters are traced arguments, so a new point or a halved step size does not compile again."""
+def compiled_epoch(method: str, net=None):
+    """One compiled epoch per method and CNN (successors.mlp.run_epoch), shared by every grid point and run: the
+    hyperparameters are traced arguments, so a new point or a halved step size does not compile again. `net`: a
+    successors.cnn.CNN, whose loss the method's step takes, or None for the dense net."""
     import jax
 
     from successors import mlp
-    return jax.jit(functools.partial(mlp.run_epoch, methods()[method].step))
+    step = methods()[method].step
+    return jax.jit(functools.partial(mlp.run_epoch, step if net is None else functools.partial(step, loss=net.loss)))
 
 
 class Trainer:
@@ -214,13 +239,15 @@ class Trainer:
     def __init__(self, params: dict, point: dict, n_fit: int):
         import jax
 
-        from successors import mlp
+        from successors import cnn, mlp
         self.jax, self.mlp, self.params = jax, mlp, params
         self.module = methods()[params["method"]]
-        self.sizes = mlp.layer_sizes(tuned.hidden_layers(params["architecture"]))
+        self.net = cnn.network(params["architecture"]) if cnn.is_cnn(params["architecture"]) else None
+        self.sizes = self.net or mlp.layer_sizes(tuned.hidden_layers(params["architecture"]))  # a CNN: its shapes
+        self.predict = mlp.predict_logits if self.net is None else self.net.predict_logits
         self.hyper = {**{k: v for k, v in point.items() if k != "preprocessing"}, **params["fixed"],
                       "decay": 1.0, "n_data": float(n_fit)}
-        self.epoch_fn = compiled_epoch(params["method"])
+        self.epoch_fn = compiled_epoch(params["method"], self.net)
 
     def initial(self):
         return self.module.init(self.jax.random.PRNGKey(self.params["seed"]), self.sizes, self.hyper)
@@ -233,7 +260,7 @@ class Trainer:
         return self.jax.block_until_ready(state), float(loss)
 
     def error(self, state, x, y) -> float:
-        logits = self.mlp.predict_logits(self.module.deployed(state), state["real"], state["stats"], x)
+        logits = self.predict(self.module.deployed(state), state["real"], state["stats"], x)
         return round(float(np.mean(logits.argmax(axis=1) != y)), 6)
 
     def to_arrays(self, state, prefix: str) -> dict:
@@ -349,17 +376,15 @@ def successor_outputs(trainer: Trainer, best, x: np.ndarray, y: np.ndarray, net_
     through packed inference (written to `net_path`; 0 mismatches expected), the NLL / ECE of its softmax and of
     the method's other outputs (its predictive_outputs: BayesBiNN's predictive and mean net), and the per-image
     predicted classes of each."""
-    import ebp_binary_format
-    from successors import evaluate, mlp
+    from successors import cnn_evaluate, evaluate, mlp
     params, module = trainer.params, trainer.module
     weights = module.deployed(best)
     predictions: dict = {}
-    packed = evaluate.packed_check(weights, best["real"], best["stats"], x, y, predictions)
-    ebp_binary_format.save_packed(net_path, evaluate.fold(weights, best["real"], best["stats"]))
-    outputs = {"deployed": mlp.softmax(mlp.predict_logits(weights, best["real"], best["stats"], x))}
+    packed = cnn_evaluate.deployed_check(trainer.net, weights, best, x, y, predictions, net_path)
+    outputs = {"deployed": mlp.softmax(trainer.predict(weights, best["real"], best["stats"], x))}
     if hasattr(module, "predictive_outputs"):  # BayesBiNN's predictive and mean net (successors.registry)
         outputs.update(module.predictive_outputs(best, x, trainer.jax.random.PRNGKey(params["seed"] + 2),
-                                                 params["mc_samples"]))
+                                                 params["mc_samples"], trainer.predict))
     probabilistic = {}
     for name, p in outputs.items():
         bins = evaluate.reliability(p, y)
@@ -614,6 +639,11 @@ def rescore(record: dict, folder, data_dir=None) -> float:
     own = hasattr(methods()[p["method"]], "load_split")  # a method's own split may read more of its parameters
     split = p if own else {k: p[k] for k in ("method", "dataset", "n_train", "n_validation")}
     x, y = _test_split(json.dumps([split, record["grid"]["chosen"]["preprocessing"]], sort_keys=True), data_dir)
+    if p["architecture"][0] == "c":  # a CNN (successors.cnn): its own format and packed inference
+        import ebp_binary_conv
+        import ebp_binary_conv_format
+        packed = ebp_binary_conv_format.load_cnn(Path(folder) / NET_FILE)
+        return float(np.mean(ebp_binary_conv.predict(packed, x, engine="auto") != y))
     packed = ebp_binary_format.load_packed(Path(folder) / NET_FILE)
     return float(np.mean(ebp_binary.predict(packed, x, engine="auto") != y))
 

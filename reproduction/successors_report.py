@@ -29,12 +29,13 @@ NETS = ("800", "800-800")
 METHOD_LABELS = {**{m: registry.METHODS[m].label for m in registry.SUCCESSORS}, "ebp": "EBP (B-EBP-D / -P)",
                  "ebp-dropout": "EBP, dropout 0.8 (B-EBP-D / -P)", "ebp-tuned": "EBP tuned (D / P)",
                  "ebp-tuned-dropout": "EBP tuned, dropout 0.8 (D / P)"}  # short: the tables fit the book's column
+SHORT = {"ste": "STE", "bop": "Bop", "bayesbinn": "BayesBiNN"}  # table headers
 EBP_METHODS = ("ebp", "ebp-dropout")  # the paper's Table 2 protocol, and Table 3's (sampled masks): EBP's best on two layers
 TUNED_EBP = ("ebp-tuned", "ebp-tuned-dropout")  # EBP tuned like the successors (successors.ebp)
 PAPER_PROTOCOL = dict(zip(TUNED_EBP, EBP_METHODS))  # each tuned variant's paper-protocol counterpart
 SUCCESSORS = registry.SUCCESSORS
 PROTOCOL_SEEDS = 3  # seeds 0, 1, 2 of every method, net and data set
-METHODS = EBP_METHODS + TUNED_EBP + SUCCESSORS
+COLUMNS = EBP_METHODS + TUNED_EBP + SUCCESSORS
 COLOURS = {**{m: registry.METHODS[m].colour for m in registry.SUCCESSORS}, "ebp": "black", "ebp-dropout": "grey",
            "ebp-tuned": "tab:red", "ebp-tuned-dropout": "tab:purple"}
 
@@ -142,7 +143,7 @@ def _ints(values) -> str:
 
 def _groups(rows: list[dict], dataset: str):
     """(method, net, its runs sorted by seed) for every method and net with a run on `dataset`, EBP first."""
-    for method in METHODS:
+    for method in COLUMNS:
         for net in NETS:
             group = sorted((r for r in rows if r["method"] == method and r["net"] == net and r["dataset"] == dataset),
                            key=lambda r: r["seed"])
@@ -154,19 +155,40 @@ def _net(net: str) -> str:
     return f"[{net.replace('-', ', ')}]"
 
 
+def _method_table(rows: list[dict], dataset: str, columns) -> str:
+    """Markdown: one row per method and net with runs on `dataset` (_groups), EBP first; `columns` are (header, the
+    cell of a group of runs sorted by seed). A few columns per table: each fits the book's text column."""
+    lines = ["| method | net | " + " | ".join(head for head, _ in columns) + " |", "|" + "---|" * (2 + len(columns))]
+    for method, net, group in _groups(rows, dataset):
+        lines.append(f"| {METHOD_LABELS[method]} | {_net(net)} | " + " | ".join(cell(group) for _, cell in columns)
+                     + " |")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict], dataset: str) -> str:
     """Markdown: per method and net, seeds pooled (mean ± SD): the deployed ±1 net's test error, the predictive's,
-    NLL and ECE of the probabilistic output, how many hyperparameters the grid tuned, packed-inference mismatches."""
-    lines = ["| method | net | seeds | deployed ±1 net (%) | predictive (%) | NLL | ECE | tuned | packed mismatches |",
-             "|" + "---|" * 9]
-    for method, net, group in _groups(rows, dataset):
-        mismatches = [r["mismatches"] for r in group]
-        lines.append(
-            f"| {METHOD_LABELS[method]} | {_net(net)} | {_ints(r['seed'] for r in group)} | "
-            f"{_mean_sd(r['deployed'] for r in group)} | {_mean_sd(r['predictive'] for r in group)} | "
-            f"{_mean_sd(r['nll'] for r in group)} | {_mean_sd(r['ece'] for r in group)} | {group[0]['n_tuned']} | "
-            f"{'–' if None in mismatches else sum(mismatches)} |")
-    return "\n".join(lines)
+    NLL and ECE of the probabilistic output (runs_table: which seeds)."""
+    return _method_table(rows, dataset, [
+        (head, lambda group, key=key: _mean_sd(r[key] for r in group))
+        for head, key in (("deployed ±1 net (%)", "deployed"), ("predictive (%)", "predictive"), ("NLL", "nll"),
+                          ("ECE", "ece"))])
+
+
+def _mismatches(group: list[dict]) -> str:
+    mismatches = [r["mismatches"] for r in group]
+    return "–" if None in mismatches else str(sum(mismatches))
+
+
+def _machine_classes(group: list[dict]) -> str:
+    return ", ".join(sorted({m for r in group for m in r["machine"].split(" + ")}))
+
+
+def runs_table(rows: list[dict], dataset: str) -> str:
+    """Markdown: per method and net, the seeds run, how many hyperparameters the grid tuned, the packed-inference
+    mismatches with the float evaluation (summed over seeds) and the machine classes the runs ran on."""
+    return _method_table(rows, dataset, [
+        ("seeds", lambda group: _ints(r["seed"] for r in group)), ("tuned", lambda group: str(group[0]["n_tuned"])),
+        ("packed mismatches", _mismatches), ("machine", _machine_classes)])
 
 
 def cost_unit(group: list[dict]) -> str:
@@ -182,18 +204,20 @@ def _cost(row: dict, unit: str, what: str):
 def cost_table(rows: list[dict], dataset: str) -> str:
     """Markdown: per method and net, seeds pooled (mean ± SD): training seconds per epoch (median of the epochs)
     and to the best epoch (grid excluded), in the group's one cost_unit, the best epoch and the first epoch at or
-    below the target test error per seed, and the machine class the runs ran on."""
-    lines = ["| method | net | seeds | s / epoch | s to best | unit | best epoch | epochs to target | machine |",
-             "|" + "---|" * 9]
-    for method, net, group in _groups(rows, dataset):
-        unit = cost_unit(group)
-        lines.append(
-            f"| {METHOD_LABELS[method]} | {_net(net)} | {_ints(r['seed'] for r in group)} | "
-            f"{_mean_sd((_cost(r, unit, 'per_epoch') for r in group), 1)} | "
-            f"{_mean_sd((_cost(r, unit, 'to_best') for r in group), 0)} | {unit} | {_ints(r['best_epoch'] for r in group)} | "
-            f"{_ints(r['epochs_to_target'] for r in group)} | "
-            f"{', '.join(sorted({m for r in group for m in r['machine'].split(' + ')}))} |")
-    return "\n".join(lines)
+    below the target test error per seed (runs_table: the machines)."""
+    def seconds(what: str, digits: int):
+        return lambda group: _mean_sd((_cost(r, cost_unit(group), what) for r in group), digits)
+    return _method_table(rows, dataset, [
+        ("seeds", lambda group: _ints(r["seed"] for r in group)), ("s / epoch", seconds("per_epoch", 1)),
+        ("s to best", seconds("to_best", 0)), ("unit", cost_unit),
+        ("best epoch", lambda group: _ints(r["best_epoch"] for r in group)),
+        ("epochs to target", lambda group: _ints(r["epochs_to_target"] for r in group))])
+
+
+def dataset_tables(rows: list[dict], dataset: str) -> str:
+    """Markdown: the errors (table), the runs (runs_table) and the cost (cost_table) on `dataset`, each titled."""
+    return "\n\n".join(f"**{title}**\n\n{make(rows, dataset)}" for title, make in (
+        ("Errors", table), ("Runs", runs_table), ("Cost", cost_table)))
 
 
 def choices_table(rows: list[dict]) -> str:
@@ -282,7 +306,7 @@ def difference_table(rows: list[dict]) -> tuple[str, int, int]:
     where a comparison has two seeds or more on both sides (bold: the interval excludes 0; n.c.: not conclusive,
     fewer seeds); with how many comparisons were judged and how many there are."""
     head = "| data | net | EBP | " + " | ".join(
-        f"{METHOD_LABELS[m]}{' predictive' if o == 'predictive' else ''}" for m, o in COMPARISONS) + " |"
+        f"{SHORT[m]}{' predictive' if o == 'predictive' else ''}" for m, o in COMPARISONS) + " |"
     lines, judged, total = [head, "|" + "---|" * (3 + len(COMPARISONS))], 0, 0
     for dataset in EBP_PROFILES:
         for net in NETS:
@@ -361,24 +385,25 @@ TUNED_EXPECTED = len(TUNED_EBP) * len(NETS) * len(EBP_PROFILES) * PROTOCOL_SEEDS
 def summary(rows: list[dict], expected_runs: int, pairs: list[dict] = ()) -> str:
     """Markdown for README.md (scripts/readme_tables.py copies it there): per data set and net, the deployed ±1
     net's test error of every method and the predictive of EBP and BayesBiNN (mean ± SD, the seed count where it is
-    not PROTOCOL_SEEDS), EBP tuned like the successors beside; the tally of the differences with paper-protocol
+    not PROTOCOL_SEEDS), in three tables of six columns or fewer (the book's column): EBP at the paper's protocols,
+    the successors, EBP tuned like the successors; the tally of the differences with paper-protocol
     EBP that have seeds enough (Welch; difference_table, which the notebook shows); the differences with tuned EBP
     over images and seeds (tuned_difference_table of `pairs`, paired.pair_rows), the verdict sentences and whether
     the MNIST verdict reversed; the runs finished of `expected_runs` successor runs and TUNED_EXPECTED tuned EBP runs; what each
     protocol tunes in one sentence."""
     cell = _cells(rows)
-    columns = [("ebp", "deployed", "EBP-D"), ("ebp", "predictive", "EBP-P"),
-               ("ebp-dropout", "deployed", "EBP-D, dropout"), ("ebp-dropout", "predictive", "EBP-P, dropout"),
-               ("ste", "deployed", "STE"), ("bop", "deployed", "Bop"), ("bayesbinn", "deployed", "BayesBiNN"),
-               ("bayesbinn", "predictive", "BayesBiNN predictive")]
-    lines, other_counts = _errors_table(cell, columns)
+    ebp_lines, ebp_other = _errors_table(cell, [(m, o, f"{EBP_OUTPUT_LABELS[o]}{', dropout' * ('dropout' in m)}")
+                                                for m in EBP_METHODS for o in EBP_OUTPUT_LABELS])
+    lines, other_counts = _errors_table(cell, [(m, "deployed", SHORT[m]) for m in SUCCESSORS]
+                                        + [("bayesbinn", "predictive", "BayesBiNN predictive")])
     tuned_lines, tuned_other = _errors_table(cell, [(m, o, f"{EBP_OUTPUT_LABELS[o]}{', dropout' * ('dropout' in m)}")
                                                     for m in TUNED_EBP for o in EBP_OUTPUT_LABELS])
     successors = [r for r in rows if r["method"] in SUCCESSORS]
     tuned = [r for r in rows if r["method"] in TUNED_EBP]
-    text = [f"Test error (%), mean ± SD over {PROTOCOL_SEEDS} seeds{' (other counts in brackets)' * other_counts}, of "
-            f"the deployed ±1 nets (EBP: EBP-D) and the predictives, EBP at the paper's protocols; {len(successors)} "
-            f"of the {expected_runs} successor runs finished.", "\n".join(lines)]
+    text = [f"Test error (%), mean ± SD over {PROTOCOL_SEEDS} seeds"
+            f"{' (other counts in brackets)' * (other_counts or ebp_other)}, of the deployed ±1 nets (EBP: EBP-D) and "
+            f"the predictives; {len(successors)} of the {expected_runs} successor runs finished. EBP at the paper's "
+            "protocols:", "\n".join(ebp_lines), "The successors, tuned on a validation split:", "\n".join(lines)]
     if tuned:
         text += [f"EBP tuned like the successors (seeds{' in brackets' * tuned_other}; {len(tuned)} of its "
                  f"{TUNED_EXPECTED} runs finished):", "\n".join(tuned_lines)]
@@ -468,7 +493,6 @@ def in_short(rows: list[dict], comparisons: list[dict] = ()) -> str:
 NO_RUN, ONE_SEED = "not yet run", "one seed: no verdict"
 WELCH_ONLY = " on this test set only"  # a verdict from Welch alone: a side keeps no per-image predictions
 VERDICT_WORDS = {"lower": "lower", "higher": "higher", "not separable": "cannot be separated"}
-SHORT = {"ste": "STE", "bop": "Bop", "bayesbinn": "BayesBiNN"}
 
 
 def _interval_side(interval) -> str:
@@ -625,7 +649,7 @@ def error_time_figure(rows: list[dict], datasets=("mnist", "fashion-mnist")):
 
     fig, axes = subplots(1, len(datasets), height=3.4, squeeze=False, layout="constrained")
     for ax, dataset in zip(axes[0], datasets):
-        for method in METHODS:
+        for method in COLUMNS:
             for net, marker in zip(NETS, "os"):
                 group = [r for r in rows if r["method"] == method and r["net"] == net and r["dataset"] == dataset]
                 if group:

@@ -28,7 +28,7 @@ import numpy as np
 
 import ebp_checkpoint
 import ebp_data
-from reproduction import records
+from reproduction import architectures, records
 from reproduction.run_files import CHECKPOINT_FILE, RESULT_FILE, differences, move_aside
 
 FULL_TRAIN = ebp_data.train_size()  # MNIST and Fashion-MNIST both have 60,000 training images
@@ -45,14 +45,9 @@ PROTOCOL_KEYS = ("preprocessing_grid", "batch_size", "grid_epochs", "max_epochs"
 # ----------------------------------------------------------------------------------------------------------
 
 def hidden_layers(architecture: str) -> tuple[int, ...]:
-    """Hidden layer sizes of an architecture name as in the EBP runs ("800", "200-200")."""
-    try:
-        sizes = tuple(int(part) for part in str(architecture).split("-"))
-    except ValueError:
-        sizes = ()
-    if not sizes or min(sizes) < 1:
-        raise ValueError(f"architecture {architecture!r} is not hidden sizes joined by '-', e.g. '800' or '200-200'")
-    return sizes
+    """Hidden layer sizes of a dense architecture name as in the EBP runs ("800", "200-200"); ValueError for a
+    name of another kind (reproduction.architectures.dense_sizes: the baselines are dense perceptrons)."""
+    return architectures.dense_sizes(architecture)
 
 
 def is_count(value, low: int = 1) -> bool:

@@ -199,10 +199,10 @@ def agreement(x, y) -> dict:
 
 def grid_runs() -> list[int]:
     """The weights of each run of the MNIST grid with three seeds (run_tables.py --all --seed 0 1 2)."""
-    jobs = paper_tables.make_jobs(paper_tables.read_paper_tables(), "paper", seeds=range(SEEDS))
+    jobs = paper_tables.make_jobs(paper_tables.read_paper_tables(), paper_tables.Selection("paper", seeds=range(SEEDS)))
     weights = []
     for job in jobs:
-        sizes = ebp_lib.check_architecture(job["config"].layers)
+        sizes = ebp_lib.check_architecture(job.config.layers)
         weights.append(sum(a * b for a, b in zip(sizes, sizes[1:])))
     return weights
 

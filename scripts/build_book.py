@@ -114,17 +114,13 @@ def build(out: Path = DEFAULT_OUT) -> Path:
 SPREAD = re.compile(r"(?<=[\d%]) ± (?=\d)")
 TABLE_CELL = re.compile(r"(<t[dh]\b[^>]*>)(.*?)(</t[dh]>)", re.S)
 NO_BREAK_SPREAD = "&#160;±&#160;"
-# Pages left as they are: the successors page's three widest tables (up to nine columns of spreads) fit the column
-# only by breaking their numbers; joined, they are 761-929 px wide in a 688 px column. They must be split first.
-SPREADS_MAY_BREAK = ("notebooks/successors",)
 
 
 def keep_spreads_whole(html_dir: Path) -> int:
-    """Join every "mean ± spread" of every page's table cells with no-break spaces (SPREAD), in place, but on the
-    pages of SPREADS_MAY_BREAK; the number of spreads joined."""
+    """Join every "mean ± spread" of every page's table cells with no-break spaces (SPREAD), in place; the number
+    of spreads joined."""
     joined = 0
-    skipped = {Path(html_dir) / f"{page}.html" for page in SPREADS_MAY_BREAK}
-    for page in sorted(set(Path(html_dir).rglob("*.html")) - skipped):
+    for page in sorted(Path(html_dir).rglob("*.html")):
         text = page.read_text(encoding="utf-8")
         new = TABLE_CELL.sub(lambda cell: cell.group(1) + SPREAD.sub(NO_BREAK_SPREAD, cell.group(2)) + cell.group(3),
                              text)

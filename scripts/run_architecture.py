@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ebp_conv_catalogue as catalogue
 import ebp_train
-from reproduction import folder, group, paper_tables, parameters, runner
+from reproduction import architectures, folder, group, paper_tables, parameters, runner
 
 
 def named_rows(architectures, weights) -> list[dict]:
@@ -59,7 +59,7 @@ def parse_args(argv=None):
     args.architectures = [catalogue.architecture_of(name) for name in args.architectures]
     for name in args.architectures:
         try:
-            parameters.architecture_layers(name)
+            architectures.architecture_layers(name)
         except ValueError as err:
             parser.error(str(err))
     if args.epochs < 1 or any(seed < 0 for seed in args.seed):
@@ -69,17 +69,16 @@ def parse_args(argv=None):
     return args
 
 
-def make_jobs(args) -> list[dict]:
+def make_jobs(args) -> list:
     """The runner's jobs of parsed arguments: one per architecture, weight type and seed, each RunConfig with the
     scheme's init_scale (the one setting the tables' jobs leave at its default). ValueError for a bad combination."""
     profile = {"name": catalogue.profile_name(args.epochs, args.n_train, args.init),
                "epochs": args.epochs, "n_train": args.n_train, "batch_size": 10}
-    jobs = paper_tables.make_jobs(named_rows(args.architectures, args.weights), profile, runs_dir=args.runs_dir,
-                                  seeds=list(dict.fromkeys(args.seed)),
-                                  dataset=None if args.dataset == "mnist" else args.dataset, engine=args.engine)
-    for job in jobs:
-        job["config"] = job["config"].replace(init_scale=catalogue.init_scale(args.init, job["config"].architecture))
-    return jobs
+    selection = paper_tables.Selection(profile, seeds=tuple(dict.fromkeys(args.seed)), engine=args.engine,
+                                       dataset=None if args.dataset == "mnist" else args.dataset, runs_dir=args.runs_dir)
+    jobs = paper_tables.make_jobs(named_rows(args.architectures, args.weights), selection)
+    return [job.replace(config=job.config.replace(init_scale=catalogue.init_scale(args.init, job.config.layers)))
+            for job in jobs]
 
 
 def main(argv=None) -> int:
@@ -91,7 +90,7 @@ def main(argv=None) -> int:
         return 2
     for job in jobs:
         state = folder.job_state(job)
-        print(f"{job['key']:<40} {state.state:<12} {state.epochs:>3}/{job['config'].epochs} epochs  {job['output_dir']}")
+        print(f"{job.key:<40} {state.state:<12} {state.epochs:>3}/{job.config.epochs} epochs  {job.output_dir}")
     if args.list:
         return 0
     outcomes = runner.run_batch(jobs, args.jobs, grouping=group if args.group_seeds else None)

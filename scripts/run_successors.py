@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Train EBP's successors (reproduction/successors.py): STE / BinaryConnect, Bop and BayesBiNN on the paper's nets.
+"""Train EBP's successors (reproduction/successors.py): STE / BinaryConnect, Bop and BayesBiNN on the paper's nets,
+and on EBP's CNNs (--arch lenet, wide or a c<k>x<channels>s<stride> name: successors.cnn, profile "cnn", 30 epochs at most).
 
 One process, one CPU thread (XLA's and BLAS's), runs one after another: for each selected method, net, dataset and
 seed, the grid (preprocessing x the method's hyperparameters) on a validation split of the training set, then the
@@ -22,6 +23,7 @@ Examples (from the repository root; `python` is the project's interpreter, e.g. 
   python scripts/run_successors.py --method ebp-tuned ebp-tuned-dropout --seed 0 1 2   # EBP tuned like them
   python scripts/run_successors.py --seed 0 1 2 --list                    # state of every run; runs nothing
   python scripts/run_successors.py --profile sensitivity --method ste --arch 800 --dataset fashion-mnist --seed 0 1 2
+  python scripts/run_successors.py --arch lenet --dataset mnist fashion-mnist --seed 0 1 2    # the CNN comparison
 """
 from __future__ import annotations
 
@@ -43,11 +45,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--method", nargs="+", choices=METHOD_NAMES, default=list(SUCCESSOR_NAMES),
                         help="default: the three successors; ebp-tuned (-dropout): EBP tuned like them")
     parser.add_argument("--arch", nargs="+", default=list(sc.ARCHITECTURES),
-                        help="hidden sizes joined by '-' (default: the paper's 800 and 800-800)")
+                        help="hidden sizes joined by '-' (default: the paper's 800 and 800-800), or a CNN: lenet, wide "
+                             "(ebp_conv_catalogue) or its c<k>x<channels>s<stride> name")
     parser.add_argument("--dataset", nargs="+", choices=sc.DATASETS, default=list(sc.DATASETS))
     parser.add_argument("--seed", nargs="+", type=int, default=[0], help="seeds (default 0)")
-    parser.add_argument("--profile", choices=sc.PROFILES, default="tuned",
-                        help="tuned: the full protocol (default); sensitivity: the grid scored after 10 epochs and "
+    parser.add_argument("--profile", choices=sc.PROFILES, default=None,
+                        help="tuned: the full protocol (default for a dense net); cnn: the same at EBP's CNN budget of "
+                             "30 epochs (default, and with smoke the only choice, for a CNN); "
+                             "sensitivity: the grid scored after 10 epochs and "
                              "stopping after 30 without a best (outputs/successors/sensitivity); smoke: a pipeline "
                              "check in minutes, recorded as protocol 'smoke' under outputs/successors/smoke")
     for name in ("grid_epochs", "max_epochs", "patience", "stop_patience", "n_train", "n_validation", "mc_samples"):

@@ -146,16 +146,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def list_jobs(jobs: list[dict]) -> None:
+def list_jobs(jobs: list) -> None:
     """One line per run: its folder name, state, epochs done and table cells; the files of corrupt and
     inconsistent runs and what is wrong with them below it."""
     for job in jobs:
         state = folder.job_state(job)
         name = state.state
-        if name not in ("finished", *runner.LEFT_ALONE) and folder.is_locked(job["output_dir"]):
+        if name not in ("finished", *runner.LEFT_ALONE) and folder.is_locked(job.output_dir):
             name = "running"
-        print(f"{job['key']:<32} {name:<12} {state.epochs:>3}/{job['config'].epochs} epochs  "
-              f"{'; '.join(job['rows'])}")
+        print(f"{job.key:<32} {name:<12} {state.epochs:>3}/{job.config.epochs} epochs  {'; '.join(job.cells)}")
         for problem in state.problems:
             print(f"    {problem}")
         if state.problems:
@@ -176,8 +175,9 @@ def run(argv=None) -> tuple[int, list[dict]]:
         print("error: these filters select no table cell", file=sys.stderr)
         return 2, []
     try:  # every job's RunConfig is built and validated here, once (paper_tables.make_jobs)
-        jobs = paper_tables.make_jobs(rows, args.profile, args.dropout_reading, args.runs_dir, args.seed,
-                                      args.data_dir, args.mask_reading, args.dataset, args.update, args.engine)
+        jobs = paper_tables.make_jobs(rows, paper_tables.Selection(
+            args.profile, args.dropout_reading, args.seed, args.mask_reading, args.dataset, args.update,
+            args.engine, args.runs_dir, args.data_dir))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2, []
@@ -192,13 +192,12 @@ def run(argv=None) -> tuple[int, list[dict]]:
         print(f"error: profile {args.profile}: {err}", file=sys.stderr)
         return 2, []
     if args.allow_dirty:
-        for job in jobs:
-            job["env"][records.ALLOW_DIRTY_VAR] = "1"
+        jobs = [job.replace(env={**job.environment, records.ALLOW_DIRTY_VAR: "1"}) for job in jobs]
     n_train = profile["n_train"] or parameters.FULL_TRAIN
     print(f"profile {args.profile}: {profile['epochs']} epochs, {n_train:,} training images of {args.dataset}; "
           f"seeds {', '.join(map(str, args.seed))}; dropout reading "
           f"{args.dropout_reading}; mask reading {args.mask_reading}; update {args.update}; engine "
-          f"{jobs[0].get('engine') or ebp_train.DEFAULT_ENGINE}{', seeds of a run trained together' if args.group_seeds else ''}; "
+          f"{jobs[0].engine or ebp_train.DEFAULT_ENGINE}{', seeds of a run trained together' if args.group_seeds else ''}; "
           f"results in "
           f"{args.runs_dir / folder.results_folder(args.profile, args.dataset)}")
     try:

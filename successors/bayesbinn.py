@@ -69,8 +69,9 @@ ADAM = optax.scale_by_adam()
 def init(key, sizes: tuple[int, ...], hyper: dict) -> dict:
     """λ = ±lambda_init (each sign with probability 1/2), BN and output reals, running statistics, Adam's state for
     the reals."""
-    lam = [hyper["lambda_init"] * jnp.where(jax.random.bernoulli(k, 0.5, (n_in, n_out)), 1.0, -1.0).astype(jnp.float32)
-           for k, (n_in, n_out) in zip(jax.random.split(key, len(sizes) - 1), zip(sizes[:-1], sizes[1:]))]
+    shapes = mlp.weight_shapes(sizes)
+    lam = [hyper["lambda_init"] * jnp.where(jax.random.bernoulli(k, 0.5, shape), 1.0, -1.0).astype(jnp.float32)
+           for k, shape in zip(jax.random.split(key, len(shapes)), shapes)]
     real = mlp.init_real(sizes)
     return {"lam": lam, "real": real, "stats": mlp.init_stats(sizes), "adam": ADAM.init(real)}
 
@@ -133,20 +134,21 @@ def sample(key, lams: list) -> list:
             for k, lam in zip(jax.random.split(key, len(lams)), lams)]
 
 
-def mc_probabilities(state: dict, x: np.ndarray, key, n_samples: int) -> np.ndarray:
-    """The Monte Carlo predictive (1/S) Σ_s softmax(z(x; w_s)), w_s ~ q, BN on its running statistics."""
+def mc_probabilities(state: dict, x: np.ndarray, key, n_samples: int, predict=mlp.predict_logits) -> np.ndarray:
+    """The Monte Carlo predictive (1/S) Σ_s softmax(z(x; w_s)), w_s ~ q, BN on its running statistics.
+    `predict(weights, real, stats, x)`: the net's test-time logits (successors.mlp's unless given)."""
     total = 0.0
     for k in jax.random.split(key, n_samples):
-        logits = mlp.predict_logits(sample(k, state["lam"]), state["real"], state["stats"], x)
+        logits = predict(sample(k, state["lam"]), state["real"], state["stats"], x)
         total = total + mlp.softmax(logits)
     return total / n_samples
 
 
-def predictive_outputs(state: dict, x: np.ndarray, key, n_samples: int) -> dict:
+def predictive_outputs(state: dict, x: np.ndarray, key, n_samples: int, predict=mlp.predict_logits) -> dict:
     """The outputs beside the deployed net (successors.registry): the Monte Carlo predictive over `n_samples` nets
-    w ~ q (mc_probabilities) and the mean net's softmax (mean_weights)."""
-    return {"predictive": mc_probabilities(state, x, key, n_samples),
-            "mean": mlp.softmax(mlp.predict_logits(mean_weights(state), state["real"], state["stats"], x))}
+    w ~ q (mc_probabilities) and the mean net's softmax (mean_weights), `predict` giving the net's logits."""
+    return {"predictive": mc_probabilities(state, x, key, n_samples, predict),
+            "mean": mlp.softmax(predict(mean_weights(state), state["real"], state["stats"], x))}
 
 
 def enumerated_probabilities(state: dict, x: np.ndarray) -> np.ndarray:

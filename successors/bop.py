@@ -33,8 +33,9 @@ ADAM = optax.scale_by_adam()
 
 def init(key, sizes: tuple[int, ...], hyper: dict) -> dict:
     """Random ±1 weights, zero gradient averages m, BN and output reals, running statistics, Adam's state."""
-    w = [jnp.where(jax.random.bernoulli(k, 0.5, (n_in, n_out)), 1.0, -1.0).astype(jnp.float32)
-         for k, (n_in, n_out) in zip(jax.random.split(key, len(sizes) - 1), zip(sizes[:-1], sizes[1:]))]
+    shapes = mlp.weight_shapes(sizes)
+    w = [jnp.where(jax.random.bernoulli(k, 0.5, shape), 1.0, -1.0).astype(jnp.float32)
+         for k, shape in zip(jax.random.split(key, len(shapes)), shapes)]
     real = mlp.init_real(sizes)
     return {"w": w, "m": [jnp.zeros_like(a) for a in w], "real": real, "stats": mlp.init_stats(sizes),
             "adam": ADAM.init(real)}
@@ -47,9 +48,10 @@ def flip(w, m, g, gamma, tau):
     return jnp.where(flips, -w, w), m
 
 
-def step(state: dict, x, labels, key, hyper: dict):
-    """One minibatch: gradients at the binary net, Bop on the weights, Adam on the reals."""
-    (value, stats), (gw, gr) = jax.value_and_grad(mlp.loss, argnums=(0, 1), has_aux=True)(
+def step(state: dict, x, labels, key, hyper: dict, loss=mlp.loss):
+    """One minibatch: gradients at the binary net, Bop on the weights, Adam on the reals.
+    `loss(weights, real, stats, x, labels) -> (value, stats)`: the net's (successors.mlp's unless given)."""
+    (value, stats), (gw, gr) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
         state["w"], state["real"], state["stats"], x, labels)
     gamma = hyper["gamma"] * hyper["decay"]  # the harness's schedule halves γ and Adam's rate together
     new = [flip(w, m, g, gamma, hyper["tau"]) for w, m, g in zip(state["w"], state["m"], gw)]

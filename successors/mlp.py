@@ -43,9 +43,29 @@ def layer_sizes(hidden: tuple[int, ...]) -> tuple[int, ...]:
     return (N_INPUTS, *hidden, N_CLASSES)
 
 
-def init_real(sizes: tuple[int, ...]) -> dict:
+def weight_shapes(sizes) -> list[tuple[int, ...]]:
+    """The weight arrays' shapes, input side first: (n_{l-1}, n_l) per layer of the dense net's layer sizes, or a
+    successors.cnn.CNN's own (its convolutions' kernels (channels, C, k, k)): the one switch every method's init
+    reads, so that the methods train either net unchanged."""
+    if hasattr(sizes, "weight_shapes"):
+        return sizes.weight_shapes()
+    return list(zip(sizes[:-1], sizes[1:]))
+
+
+def fans(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(fan-in, fan-out) of a weight array: (n_in, n_out) of a dense one; (C·k·k, channels·k·k) of a kernel
+    (channels, C, k, k), as BinaryConnect's Conv2DLayer counts them for its Glorot factor (binary_connect.py)."""
+    if len(shape) == 2:
+        return int(shape[0]), int(shape[1])
+    receptive = int(np.prod(shape[2:]))
+    return int(shape[1]) * receptive, int(shape[0]) * receptive
+
+
+def init_real(sizes) -> dict:
     """BN γ = 1, β = 0 per hidden unit; output scale e^s = 1/sqrt(n_L) (logits of unit variance at random ±1
-    weights) and bias 0."""
+    weights) and bias 0. A successors.cnn.CNN brings its own (per channel)."""
+    if hasattr(sizes, "init_real"):
+        return sizes.init_real()
     real = {}
     for l, n in enumerate(sizes[1:-1], start=1):
         real[f"gamma{l}"] = jnp.ones(n, jnp.float32)
@@ -55,8 +75,10 @@ def init_real(sizes: tuple[int, ...]) -> dict:
     return real
 
 
-def init_stats(sizes: tuple[int, ...]) -> dict:
-    """BN running means 0 and variances 1 per hidden unit."""
+def init_stats(sizes) -> dict:
+    """BN running means 0 and variances 1 per hidden unit (a successors.cnn.CNN's own per channel)."""
+    if hasattr(sizes, "init_stats"):
+        return sizes.init_stats()
     stats = {}
     for l, n in enumerate(sizes[1:-1], start=1):
         stats[f"mean{l}"] = jnp.zeros(n, jnp.float32)

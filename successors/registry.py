@@ -3,11 +3,13 @@ name, module, label and colour. Importing it imports no method (JAX starts slowl
 without it); method(name) imports the module on first use. A new baseline is one module and one line here.
 
 A method module's face: NAME; GRID ({hyperparameter: values}, the grid's own axes); FIXED (its fixed settings);
-init(key, sizes, hyper), the initial state; step(state, x, labels, key, hyper), one minibatch's update (successors.mlp
-runs an epoch of them); deployed(state), the ±1 weights its deployed net uses; and, optionally,
-predictive_outputs(state, x, key, n_samples), {name: class probabilities} of its other outputs (BayesBiNN's
-predictive and mean net). EBP at the successors' protocol (successors.ebp) also brings its own PROTOCOL defaults,
-PREPROCESSINGS and load_split, Trainer, NETWORK, PACKAGES and STEP_SIZES.
+init(key, sizes, hyper), the initial state (sizes: the dense net's layer sizes or a successors.cnn.CNN, whose weight
+shapes mlp.weight_shapes gives); step(state, x, labels, key, hyper, loss=mlp.loss), one minibatch's update (a CNN's
+loss in place of the dense net's; successors.mlp runs an epoch of them); deployed(state), the ±1 weights its
+deployed net uses; and, optionally, predictive_outputs(state, x, key, n_samples, predict=mlp.predict_logits),
+{name: class probabilities} of its other outputs (BayesBiNN's predictive and mean net). EBP at the successors'
+protocol (successors.ebp) also brings its own PROTOCOL defaults, PREPROCESSINGS and load_split, Trainer, NETWORK,
+PACKAGES and STEP_SIZES.
 """
 from __future__ import annotations
 

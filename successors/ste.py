@@ -50,7 +50,7 @@ ste_sign.defvjp(_ste_sign_fwd, _ste_sign_bwd)
 
 
 def glorot_factor(n_in: int, n_out: int) -> float:
-    """BinaryConnect's W_LR_scale "Glorot": 1/sqrt(1.5/(n_in + n_out))."""
+    """BinaryConnect's W_LR_scale "Glorot": 1/sqrt(1.5/(n_in + n_out)) (a kernel's fans: mlp.fans)."""
     return float(1.0 / np.sqrt(1.5 / (n_in + n_out)))
 
 
@@ -58,8 +58,9 @@ def init(key, sizes: tuple[int, ...], hyper: dict) -> dict:
     """Latent weights U(−H, H), H = latent_bound; BN and output reals (mlp.init_real), running statistics, Adam's
     state."""
     bound = float(hyper.get("latent_bound", FIXED["latent_bound"]))
-    latent = [jax.random.uniform(k, (n_in, n_out), jnp.float32, -bound, bound)
-              for k, (n_in, n_out) in zip(jax.random.split(key, len(sizes) - 1), zip(sizes[:-1], sizes[1:]))]
+    shapes = mlp.weight_shapes(sizes)
+    latent = [jax.random.uniform(k, shape, jnp.float32, -bound, bound)
+              for k, shape in zip(jax.random.split(key, len(shapes)), shapes)]
     params = {"latent": latent, "real": mlp.init_real(sizes)}
     return {**params, "stats": mlp.init_stats(sizes), "adam": ADAM.init(params)}
 
@@ -77,7 +78,7 @@ def step(state: dict, x, labels, key, hyper: dict, loss=mlp.loss):
     rate = hyper["learning_rate"] * hyper["decay"]
     scaled = hyper.get("glorot_lr_scale", FIXED["glorot_lr_scale"]) > 0
     bound = hyper.get("latent_bound", FIXED["latent_bound"])
-    latent = [jnp.clip(w - rate * jnp.where(scaled, glorot_factor(*w.shape), 1.0) * u, -bound, bound)
+    latent = [jnp.clip(w - rate * jnp.where(scaled, glorot_factor(*mlp.fans(w.shape)), 1.0) * u, -bound, bound)
               for w, u in zip(params["latent"], updates["latent"])]
     real = jax.tree_util.tree_map(lambda p, u: p - rate * u, params["real"], updates["real"])
     return {"latent": latent, "real": real, "stats": stats, "adam": adam}, value

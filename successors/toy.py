@@ -33,7 +33,7 @@ import numpy as np
 
 from successors import bayesbinn, mlp, ste
 
-METHODS = {"ste": ste, "bayesbinn": bayesbinn}
+TOY_METHODS = {"ste": ste, "bayesbinn": bayesbinn}  # the successors the toy problem compares
 ROWS = np.array(list(itertools.product([-1.0, 1.0], repeat=3)))   # the 8 possible weight rows of a hidden unit
 
 
@@ -90,7 +90,7 @@ def init(method: str, key, hidden: int, hyper: dict, dtype=jnp.float32) -> dict:
 def _run(method: str, state: dict, xb, yb, key, hyper: dict, model: str = "noiseless") -> dict:
     def body(carry, inputs):
         i, x, y = inputs
-        return METHODS[method].step(carry, x, y, jax.random.fold_in(key, i), hyper, loss=LOSSES[model])
+        return TOY_METHODS[method].step(carry, x, y, jax.random.fold_in(key, i), hyper, loss=LOSSES[model])
     return jax.lax.scan(body, state, (jnp.arange(len(xb)), xb, yb))[0]
 
 
@@ -119,7 +119,7 @@ def deployed(method: str, state: dict) -> list:
     """The ±1 net: STE's sign(w_r), BayesBiNN's mode sign(λ) (read under jax.enable_x64, so that the float64
     state of train(x64=True) is read as it is; the weights are ±1 float32 either way)."""
     with jax.enable_x64(True):
-        return METHODS[method].deployed(state)
+        return TOY_METHODS[method].deployed(state)
 
 
 def deployed_probability(weights: list, real: dict, x: np.ndarray) -> np.ndarray:

@@ -120,6 +120,31 @@ def check_forward(net, x):
         np.testing.assert_allclose(np.asarray(sigma2), sigma2_ref, rtol=1e-12)
 
 
+
+def dropout_masks(net, batch, rng):
+    """The Bernoulli masks ebp_lib.forward draws from `rng` for one training step, in the same order."""
+    if net.dropout != "sampled":
+        return (None,) * len(net.layers)
+    return tuple((rng.random((batch, width)) < net.keep).astype(np.float64) for width in net.sizes[:-1])
+
+
+def assert_grad_steps_are_ebp(net, x, y, steps=5, batch=8):
+    """`steps` float64 steps of minibatch `batch` on (x, y), ebp_jax.ebp_step (jax.grad of ln P with frozen
+    variances) beside ebp_lib's reference step from the same network and the same dropout masks: h and b agree to
+    1e-12 of their largest entry (the two differ only in the rounding of erf, log Φ and summation order)."""
+    import ebp_jax
+    import ebp_train
+
+    s, params = ebp_jax.structure(net), ebp_jax.parameters(net)
+    rng_lib, rng_jax = np.random.default_rng(7), np.random.default_rng(7)
+    for step in range(steps):
+        xb, yb = x[batch * step:batch * (step + 1)], y[batch * step:batch * (step + 1)]
+        ebp_train.train_step(net, xb, yb, rng=rng_lib, engine="reference")
+        params = ebp_jax.ebp_step(params, xb, yb, dropout_masks(net, batch, rng_jax), s)
+    for layer, (h, b) in zip(net.layers, params):
+        np.testing.assert_allclose(np.asarray(h), layer.h, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.h).max()))
+        np.testing.assert_allclose(np.asarray(b), layer.b, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.b).max()))
+
 # ----------------------------------------------------------------------------------------------------------
 # The tuned baselines' runs
 # ----------------------------------------------------------------------------------------------------------

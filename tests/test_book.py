@@ -433,10 +433,9 @@ return found;
 """
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if p not in build_book.SPREADS_MAY_BREAK])
+@pytest.mark.parametrize("page", PAGES)
 def test_a_number_and_its_spread_stay_on_one_line(browser, book, page):
-    """"3.18 ± 0.05" in a narrow table column is never broken across lines (build_book.keep_spreads_whole), but on
-    the pages whose tables fit the column only by breaking them (build_book.SPREADS_MAY_BREAK)."""
+    """"3.18 ± 0.05" in a narrow table column is never broken across lines (build_book.keep_spreads_whole)."""
     browser.get((book / f"{page}.html").as_uri())
     build_book.wait_for_mathjax(browser)
     wrapped = browser.execute_script(WRAPPED_SPREADS)
@@ -453,10 +452,11 @@ def test_spreads_are_joined_in_table_cells_only(tmp_path):
         '<p>3.18 ± 0.05</p><table><tr><td class="x">3.18&#160;±&#160;0.05 (n = 3)</td><th>+0.30&#160;±&#160;0.08%</th>'
         '<td>a ± b</td></tr></table><pre>2.0 ± 1.0</pre>')
     assert build_book.keep_spreads_whole(tmp_path) == 0
-    skipped = tmp_path / f"{build_book.SPREADS_MAY_BREAK[0]}.html"
-    skipped.parent.mkdir(parents=True)
-    skipped.write_text("<td>3.18 ± 0.05</td>", encoding="utf-8")
-    assert build_book.keep_spreads_whole(tmp_path) == 0 and skipped.read_text(encoding="utf-8") == "<td>3.18 ± 0.05</td>"
+    nested = tmp_path / "notebooks" / "successors.html"  # every page, in every folder of the book
+    nested.parent.mkdir(parents=True)
+    nested.write_text("<td>3.18 ± 0.05</td>", encoding="utf-8")
+    assert build_book.keep_spreads_whole(tmp_path) == 1
+    assert nested.read_text(encoding="utf-8") == "<td>3.18&#160;±&#160;0.05</td>"
 
 
 # Words that name another page of the book: each such mention on a page I open to report is a link. A file name

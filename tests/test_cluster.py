@@ -89,7 +89,8 @@ def worker(cluster_dir: Path, address: str, name: str = "worker", *extra) -> sub
 
 def tiny_jobs(runs_dir, real_data_dir, run_ids=("binary-200",), **profile):
     rows = paper_tables.select_rows(paper_tables.read_paper_tables(), run_ids=list(run_ids))
-    return paper_tables.make_jobs(rows, {**ONE_EPOCH, **profile}, runs_dir=runs_dir, data_dir=real_data_dir)
+    return paper_tables.make_jobs(rows, paper_tables.Selection({**ONE_EPOCH, **profile}, runs_dir=runs_dir,
+                                                               data_dir=real_data_dir))
 
 
 def test_a_run_on_a_real_cluster_gives_what_local_cores_give(tmp_path, cluster_dir, scheduler, real_data_dir):
@@ -105,12 +106,12 @@ def test_a_run_on_a_real_cluster_gives_what_local_cores_give(tmp_path, cluster_d
         stop(process)
     assert outcome["status"] == "finished", (outcome, said)
     assert f"sending runs to the Dask cluster at {scheduler}" in said
-    result = folder.read_result(job["output_dir"])
+    result = folder.read_result(job.output_dir)
     data = ebp_data.load_dataset("mnist", n_train=ONE_EPOCH["n_train"])
     net = ebp_lib.init_network(parameters.paper_architecture("200"), "binary", seed=0)
     _, history = ebp_train.fit(net, data, 1, 10, seed=0)
     assert result["final"] == {k: history[-1][k] for k in result["final"]}
-    assert not (Path(job["output_dir"]) / folder.CHECKPOINT_FILE).exists()
+    assert not (Path(job.output_dir) / folder.CHECKPOINT_FILE).exists()
 
 
 def test_a_worker_that_cannot_import_the_project_fails_the_runs_at_once(tmp_path, cluster_dir, scheduler,
@@ -148,7 +149,7 @@ def test_a_worker_that_dies_fails_its_run_within_a_bounded_time(tmp_path, cluste
     thread.start()
     try:
         end = time.time() + 300  # generous: only a hang should fail; the kernel starts slowly on a loaded machine
-        while (folder.read_result(jobs[0]["output_dir"]) or {}).get("epochs_done", 0) < 1:
+        while (folder.read_result(jobs[0].output_dir) or {}).get("epochs_done", 0) < 1:
             assert thread.is_alive() and time.time() < end, (outcomes, said)
             time.sleep(0.2)
     finally:

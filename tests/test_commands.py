@@ -64,11 +64,11 @@ def load_script(name):
     return module
 
 
-def default_jobs(runs_dir=folder.RUNS_DIR) -> list[dict]:
+def default_jobs(runs_dir=folder.RUNS_DIR) -> list:
     """The jobs `make reproduce` runs with no options: scripts/run_tables.py --all with its defaults."""
     args = load_script("run_tables").parse_args(["--all"])
-    return paper_tables.make_jobs(paper_tables.read_paper_tables(), args.profile, args.dropout_reading, runs_dir,
-                                  args.seed, None, args.mask_reading, args.dataset)
+    return paper_tables.make_jobs(paper_tables.read_paper_tables(), paper_tables.Selection(
+        args.profile, args.dropout_reading, args.seed, args.mask_reading, args.dataset, runs_dir=runs_dir))
 
 
 def free_port() -> int:
@@ -101,10 +101,10 @@ def test_the_committed_quick_runs_are_every_run_make_reproduce_selects():
     default is a finished run of the current quick profile in outputs/runs/quick/, and each learned (the
     experiment notebook's check)."""
     jobs = default_jobs()
-    assert {job["profile"] for job in jobs} == {"quick"} and len(jobs) == 50
-    states = {job["key"]: folder.job_state(job).state for job in jobs}
+    assert {job.profile for job in jobs} == {"quick"} and len(jobs) == 50
+    states = {job.key: folder.job_state(job).state for job in jobs}
     assert [key for key, state in states.items() if state != "finished"] == [], states
-    errors = {job["key"]: folder.read_result(job["output_dir"])["final"]["test_ebp_p"] for job in jobs}
+    errors = {job.key: folder.read_result(job.output_dir)["final"]["test_ebp_p"] for job in jobs}
     assert max(errors.values()) < parameters.NOT_LEARNING, errors
 
 

@@ -9,7 +9,7 @@ import pytest
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
 
-from helpers import check_forward  # noqa: E402
+from helpers import assert_grad_steps_are_ebp, check_forward  # noqa: E402
 
 import ebp_data  # noqa: E402 (after jax.config: float64)
 import ebp_jax  # noqa: E402
@@ -54,18 +54,7 @@ def test_grad_with_frozen_variances_is_the_conv_ebp_step(weights, architecture, 
     """Five float64 steps of minibatch 8 (the same dropout masks): kernels and biases agree with ebp_lib's step
     through ebp_conv to 1e-12 of their largest entry."""
     net = ebp_lib.init_network(architecture, weights, seed=1, input_side=7, dropout=dropout)
-    s, params = ebp_jax.structure(net), ebp_jax.parameters(net)
-    x, y = small_data(40)
-    rng_lib, rng_jax = np.random.default_rng(7), np.random.default_rng(7)
-    for step in range(5):
-        xb, yb = x[8 * step:8 * step + 8], y[8 * step:8 * step + 8]
-        ebp_train.train_step(net, xb, yb, rng=rng_lib, engine="reference")
-        masks = ((None,) * len(net.layers) if dropout != "sampled" else
-                 tuple((rng_jax.random((8, w)) < net.keep).astype(np.float64) for w in net.sizes[:-1]))
-        params = ebp_jax.ebp_step(params, xb, yb, masks, s)
-    for layer, (h, b) in zip(net.layers, params):
-        np.testing.assert_allclose(np.asarray(h), layer.h, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.h).max()))
-        np.testing.assert_allclose(np.asarray(b), layer.b, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.b).max()))
+    assert_grad_steps_are_ebp(net, *small_data(40))
 
 
 @pytest.mark.parametrize("weights", ebp_lib.WEIGHTS)

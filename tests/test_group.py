@@ -89,14 +89,14 @@ def test_a_run_that_is_not_finite_stops_as_alone_and_the_others_go_on():
 
 def test_runs_of_other_configurations_or_engines_are_not_grouped(rows):
     runs = paper_tables.select_rows(rows, tables=[2], columns=["200"])  # binary-200 and real-200
-    jobs = paper_tables.make_jobs(runs, TINY, seeds=SEEDS, engine="jax")
-    assert [[job["key"] for job in task] for task in group.group_jobs(jobs)] == [
+    jobs = paper_tables.make_jobs(runs, paper_tables.Selection(TINY, seeds=SEEDS, engine="jax"))
+    assert [[job.key for job in task] for task in group.group_jobs(jobs)] == [
         ["binary-200", "binary-200-seed1", "binary-200-seed2"], ["real-200", "real-200-seed1", "real-200-seed2"]]
-    fast = paper_tables.make_jobs(runs, TINY, seeds=SEEDS)
+    fast = paper_tables.make_jobs(runs, paper_tables.Selection(TINY, seeds=SEEDS))
     assert all(len(task) == 1 for task in group.group_jobs(fast))  # the fast engine trains each run alone
-    assert all("engine" not in job and runner.notebook_parameters(job) == job["config"].parameters()
+    assert all(job.engine is None and runner.notebook_parameters(job) == job.config.parameters()
                for job in fast)
-    assert runner.notebook_parameters(jobs[0]) == {**jobs[0]["config"].parameters(), "engine": "jax"}
+    assert runner.notebook_parameters(jobs[0]) == {**jobs[0].config.parameters(), "engine": "jax"}
 
 
 def test_group_seeds_needs_the_jax_engine(capsys):
@@ -120,26 +120,24 @@ def alone(seed, data, epochs, checkpoint=None):
     """binary-200 trained alone by engine="jax", as the experiment notebook trains it."""
     net = ebp_lib.init_network(parameters.architecture_layers("200"), "binary", seed=seed)
     return ebp_train.fit(net, data, epochs, TINY["batch_size"], seed, checkpoint=checkpoint, engine="jax",
-                       run_config=tiny_jobs(Path("."), [seed])[0]["config"].checkpoint_config())
+                       run_config=tiny_jobs(Path("."), [seed])[0].config.checkpoint_config())
 
 
 def tiny_jobs(runs_dir, seeds=SEEDS, engine="jax"):
     row = paper_tables.select_rows(paper_tables.read_paper_tables(), tables=[2], columns=["200"],
                                    weights=["binary"])
-    return paper_tables.make_jobs(row, TINY, runs_dir=runs_dir, seeds=seeds, engine=engine)
+    return paper_tables.make_jobs(row, paper_tables.Selection(TINY, seeds=seeds, engine=engine, runs_dir=runs_dir))
 
 
 def test_a_run_trained_in_a_group_equals_the_run_trained_alone(tmp_path, tiny_data):
     """Seeds 0-2 of binary [784, 200, 10], 2 epochs of 300 MNIST images, trained together (train_together, no
     notebook): each checkpoint holds exactly the network (h and b, float32), history and generator state that
     ebp_train.fit with engine="jax" saves for the run alone. Tolerance zero."""
-    jobs = tiny_jobs(tmp_path / "group")
-    for job in jobs:
-        job["config"] = job["config"].replace(epochs=2)
+    jobs = [job.replace(config=job.config.replace(epochs=2)) for job in tiny_jobs(tmp_path / "group")]
     assert group.train_together(jobs) == {}
     for seed, job in zip(SEEDS, jobs):
         _, history = alone(seed, tiny_data, 2, tmp_path / f"alone-{seed}.npz")
-        grouped, meta = ebp_lib.load_network(Path(job["output_dir"]) / folder.CHECKPOINT_FILE)
+        grouped, meta = ebp_lib.load_network(Path(job.output_dir) / folder.CHECKPOINT_FILE)
         single, single_meta = ebp_lib.load_network(tmp_path / f"alone-{seed}.npz")
         h = grouped.layers[0].h
         assert np.array_equal(h.astype(np.float32), h)  # computed in float32 (the network's dtype is float64)
@@ -147,7 +145,7 @@ def test_a_run_trained_in_a_group_equals_the_run_trained_alone(tmp_path, tiny_da
         assert meta["rng_state"] == single_meta["rng_state"] and meta["run"] == single_meta["run"]
         strip = lambda h: [{k: v for k, v in r.items() if k not in TIMINGS} for r in h]  # noqa: E731
         assert strip(meta["history"]) == strip(history)
-        result = records.read_record(Path(job["output_dir"]) / folder.RESULT_FILE)  # written after every epoch
+        result = records.read_record(Path(job.output_dir) / folder.RESULT_FILE)  # written after every epoch
         assert result["engine"] == "jax" and not result["finished"] and result["epochs_done"] == 2
 
 
@@ -177,31 +175,31 @@ def test_the_grouped_runner_resumes_an_interrupted_group_and_labels_the_engine(t
         with pytest.raises(KeyboardInterrupt):
             group.train_together(jobs)
     assert [folder.job_state(job).epochs for job in jobs] == [2, 1, 1]
-    assert all(not folder.is_locked(job["output_dir"]) for job in jobs)  # released as a killed process's are
+    assert all(not folder.is_locked(job.output_dir) for job in jobs)  # released as a killed process's are
 
     run_tables = load_script("run_tables")
     command = ["binary-200", "--runs-dir", str(tmp_path), "--engine", "jax", "--jobs", "1", "--progress-every",
                "1e9"]
     assert run_tables.main([*command, "--seed", *map(str, SEEDS), "--group-seeds"]) == 0
     for seed, job in zip(SEEDS, jobs):
-        result = records.read_record(Path(job["output_dir"]) / folder.RESULT_FILE)
+        result = records.read_record(Path(job.output_dir) / folder.RESULT_FILE)
         _, history = alone(seed, tiny_data, TINY["epochs"])
         assert [{k: r[k] for k in r if k not in TIMINGS} for r in result["history"]] == [
             {k: r[k] for k in r if k not in TIMINGS} for r in history], f"seed {seed}"
-        assert result["finished"] and result["engine"] == "jax" and result["parameters"] == job["config"].parameters()
+        assert result["finished"] and result["engine"] == "jax" and result["parameters"] == job.config.parameters()
         assert [s["from_epoch"] for s in result["sessions"]] == [0, 2 if seed == 0 else 1, TINY["epochs"]]
-        assert result["sessions"][1]["group"] == [j["key"] for j in jobs]  # the session that trained it together
-        assert not (Path(job["output_dir"]) / folder.CHECKPOINT_FILE).exists()
-        notebook = json.loads((Path(job["output_dir"]) / folder.EXECUTED_FILE).read_text())
+        assert result["sessions"][1]["group"] == [j.key for j in jobs]  # the session that trained it together
+        assert not (Path(job.output_dir) / folder.CHECKPOINT_FILE).exists()
+        notebook = json.loads((Path(job.output_dir) / folder.EXECUTED_FILE).read_text())
         assert notebook["metadata"]["papermill"]["parameters"]["engine"] == "jax"
 
-    stamps = [(Path(job["output_dir"]) / folder.EXECUTED_FILE).stat().st_mtime_ns for job in jobs]
+    stamps = [(Path(job.output_dir) / folder.EXECUTED_FILE).stat().st_mtime_ns for job in jobs]
     assert run_tables.main([*command, "--seed", *map(str, SEEDS), "--group-seeds"]) == 0
-    assert stamps == [(Path(job["output_dir"]) / folder.EXECUTED_FILE).stat().st_mtime_ns for job in jobs]
+    assert stamps == [(Path(job.output_dir) / folder.EXECUTED_FILE).stat().st_mtime_ns for job in jobs]
 
     assert run_tables.main([*command, "--seed", "3"]) == 0  # one run, its notebook trains it with the JAX engine
     [single] = tiny_jobs(tmp_path, seeds=[3])
-    result = records.read_record(Path(single["output_dir"]) / folder.RESULT_FILE)
+    result = records.read_record(Path(single.output_dir) / folder.RESULT_FILE)
     _, history = alone(3, tiny_data, TINY["epochs"])
     assert result["engine"] == "jax" and [r["test_ebp_p"] for r in result["history"]] == [
         r["test_ebp_p"] for r in history]

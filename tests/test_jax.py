@@ -7,7 +7,7 @@ import pytest
 jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
 
-from helpers import assert_close_networks, check_forward, data, net_for
+from helpers import assert_close_networks, assert_grad_steps_are_ebp, check_forward, data, net_for
 
 import ebp_data
 import ebp_jax
@@ -30,30 +30,13 @@ def small_data(n, side=6, seed=0):
     return x, ebp_data.one_vs_all(rng.integers(0, 10, n))
 
 
-def dropout_masks(net, batch, rng):
-    """The Bernoulli masks ebp_lib.forward draws from `rng` for one training step, in the same order."""
-    if net.dropout != "sampled":
-        return (None,) * len(net.layers)
-    return tuple((rng.random((batch, width)) < net.keep).astype(np.float64) for width in net.sizes[:-1])
-
-
 @pytest.mark.parametrize("weights, architecture, dropout, mask_reading", CONFIGS)
 def test_grad_with_frozen_variances_is_ebp(weights, architecture, dropout, mask_reading):
     """Five float64 steps of minibatch 8: h and b agree with ebp_lib's reference step to 1e-12 relative
     (the two differ only in the rounding of erf, log Φ and summation order)."""
     net = ebp_lib.init_network(architecture, weights, seed=1, input_side=6, dropout=dropout,
                                mask_reading=mask_reading)
-    s, params = ebp_jax.structure(net), ebp_jax.parameters(net)
-    x, y = small_data(40)
-    rng_lib, rng_jax = np.random.default_rng(7), np.random.default_rng(7)
-    for step in range(5):
-        xb, yb = x[8 * step:8 * step + 8], y[8 * step:8 * step + 8]
-        ebp_train.train_step(net, xb, yb, rng=rng_lib, engine="reference")
-        params = ebp_jax.ebp_step(params, xb, yb, dropout_masks(net, 8, rng_jax), s)
-    for layer, (h, b) in zip(net.layers, params):
-        scale = max(1.0, np.abs(layer.h).max())
-        np.testing.assert_allclose(np.asarray(h), layer.h, rtol=0, atol=1e-12 * scale)
-        np.testing.assert_allclose(np.asarray(b), layer.b, rtol=0, atol=1e-12 * max(1.0, np.abs(layer.b).max()))
+    assert_grad_steps_are_ebp(net, *small_data(40))
 
 
 def trained_net(weights, architecture, dropout, mask_reading):

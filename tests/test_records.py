@@ -196,7 +196,7 @@ def test_one_record_check_dispatches_on_the_method(tmp_path, monkeypatch):
 
     from reproduction import backprop, successors
 
-    assert {m: records.expected_check(m) for m in records.METHODS} == {
+    assert {m: records.expected_check(m) for m in records.RECORD_KINDS} == {
         "ebp": ebp_expected, "backprop": backprop.backprop_expected, "successor": successors.successor_expected}
     ebp = _record(tmp_path)
     assert records.record_problems(ebp) == []
@@ -316,6 +316,6 @@ def test_run_tables_refuses_a_quoted_profile_from_dirty_code_and_passes_the_flag
     assert script.main(base + ["--profile", "paper"]) == 2
     assert "profile paper" in capsys.readouterr().err and batches == []
     assert script.main(base + ["--profile", "paper", "--allow-dirty"]) == 0
-    assert all(job["env"][records.ALLOW_DIRTY_VAR] == "1" for job in batches[-1])
+    assert all(job.environment[records.ALLOW_DIRTY_VAR] == "1" for job in batches[-1])
     assert script.main(base + ["--profile", "quick"]) == 0
-    assert all(records.ALLOW_DIRTY_VAR not in job["env"] for job in batches[-1])
+    assert all(records.ALLOW_DIRTY_VAR not in job.environment for job in batches[-1])

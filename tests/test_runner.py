@@ -29,7 +29,7 @@ RECORD_KEYS = ("epoch", "test_ebp_p", "test_ebp_d", "train_ebp_p", "train_ebp_d"
 
 def tiny_job(runs_dir, **changes):
     row = paper_tables.select_rows(paper_tables.read_paper_tables(), tables=[2], columns=["200"], weights=["binary"])
-    return paper_tables.make_jobs(row, {**TINY, **changes}, runs_dir=runs_dir)[0]
+    return paper_tables.make_jobs(row, paper_tables.Selection({**TINY, **changes}, runs_dir=runs_dir))[0]
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +56,11 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
     next batch resumes from the checkpoint (the history equals an uninterrupted run's bit for bit) next to a
     failing run reported with its notebook; a third batch skips the finished run without executing it."""
     job = tiny_job(tmp_path, epochs=KILL_EPOCHS)
-    out = Path(job["output_dir"])
+    out = Path(job.output_dir)
     process = subprocess.Popen(
-        [sys.executable, "-c", "import json, sys; from reproduction import parameters, runner; "
-         "job = json.loads(sys.argv[1]); job['config'] = parameters.RunConfig.of(job['config']); "
-         "runner.run_batch([job], n_jobs=1, progress_every=1e9)",
-         json.dumps({**job, "config": job["config"].parameters()})],
+        [sys.executable, "-c", "import json, sys; from reproduction import job, runner; "
+         "runner.run_batch([job.Job.of(json.loads(sys.argv[1]))], n_jobs=1, progress_every=1e9)",
+         json.dumps(job.to_dict())],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # generous limits: only a hang should fail; a loaded 2-core machine took over 90 s to start the kernel,
@@ -80,12 +79,12 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
 
     # a run that fails inside the notebook: its checkpoint was trained by the other engine, which fit refuses
     bad = tiny_job(tmp_path / "bad", epochs=KILL_EPOCHS)
-    bad["key"] = "binary-200-bad"
+    bad = bad.replace(key="binary-200-bad")
     other_engine = next(e for e in ebp_train.ENGINES if e != ebp_train.DEFAULT_ENGINE)
     net = ebp_lib.init_network(parameters.architecture_layers("200"), "binary", seed=0)
     ebp_train.fit(net, ebp_data.load_dataset("mnist", n_train=TINY["n_train"]), 1, TINY["batch_size"], seed=0,
-                checkpoint=Path(bad["output_dir"]) / folder.CHECKPOINT_FILE, n_train_eval=0, engine=other_engine,
-                run_config=bad["config"].checkpoint_config())
+                checkpoint=Path(bad.output_dir) / folder.CHECKPOINT_FILE, n_train_eval=0, engine=other_engine,
+                run_config=bad.config.checkpoint_config())
     failed, outcome = runner.run_batch([bad, job], n_jobs=1, echo=lambda *_: None)
     assert outcome["status"] == "finished", outcome
     result = folder.read_result(out)
@@ -96,7 +95,7 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
 
     assert failed["status"] == "failed" and failed["error"].startswith("CheckpointMismatchError"), failed
     assert f"engine: checkpoint {other_engine!r}, this run {ebp_train.DEFAULT_ENGINE!r}" in failed["error"], failed
-    assert Path(failed["notebook"]) == Path(bad["output_dir"]) / "experiment.ipynb"
+    assert Path(failed["notebook"]) == Path(bad.output_dir) / "experiment.ipynb"
     assert Path(failed["notebook"]).exists()
     report = runner.summary([bad, job], [failed, outcome])
     assert "FAILED binary-200-bad" in report and failed["notebook"] in report
@@ -112,12 +111,12 @@ def test_a_held_run_trains_the_held_network(tmp_path, real_data_dir, rows):
     block 13 on 1,000 images gives exactly the errors of the same held network trained in this process (and not
     those of the absent one), records the reading in its result, and fills Table 4's held variant only."""
     tiny = {"name": "tiny", "epochs": 1, "n_train": 1000, "batch_size": 10}  # fewer: above the 50% check
-    [job] = paper_tables.make_jobs(paper_tables.select_rows(rows, run_ids=["binary-block13"]), tiny,
-                                   runs_dir=tmp_path, mask_reading="held")
+    [job] = paper_tables.make_jobs(paper_tables.select_rows(rows, run_ids=["binary-block13"]),
+                                   paper_tables.Selection(tiny, runs_dir=tmp_path, mask_reading="held"))
     [outcome] = runner.run_batch([job], n_jobs=1, echo=lambda *_: None)
     assert outcome["status"] == "finished", outcome
-    result = folder.read_result(job["output_dir"])
-    assert Path(job["output_dir"]).name == "binary-block13-held" and result["parameters"]["mask_reading"] == "held"
+    result = folder.read_result(job.output_dir)
+    assert Path(job.output_dir).name == "binary-block13-held" and result["parameters"]["mask_reading"] == "held"
     data = ebp_data.load_dataset("mnist", n_train=1000)
     expected = {}
     for reading in ("held", "absent"):
@@ -136,10 +135,10 @@ def test_a_run_finished_by_another_runner_meanwhile_is_not_retrained(tmp_path):
     """Two runners with overlapping selections: when the second reaches a run the first has finished since
     the batch was planned, it skips it instead of training it again over the finished result."""
     job = tiny_job(tmp_path)
-    out = Path(job["output_dir"])
+    out = Path(job.output_dir)
     out.mkdir(parents=True)
-    result = fake_result(job["config"].parameters(), TINY["epochs"], TINY["n_train"], "tiny", 0.1)
-    result["parameters"] = job["config"].parameters()
+    result = fake_result(job.config.parameters(), TINY["epochs"], TINY["n_train"], "tiny", 0.1)
+    result["parameters"] = job.config.parameters()
     (out / "result.json").write_text(json.dumps(result))
     (out / "experiment.ipynb").write_text(json.dumps(fake_notebook(result)))  # its evidence
     evidence = (out / "experiment.ipynb").read_bytes()

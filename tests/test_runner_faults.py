@@ -47,7 +47,7 @@ from reproduction.folder import (
     open_output_dir,
     read_result,
 )
-from reproduction.paper_tables import make_jobs, read_paper_tables, select_rows
+from reproduction.paper_tables import Selection, make_jobs, read_paper_tables, select_rows
 from reproduction.parameters import (
     DEFAULT_PARAMETERS,
     NOTEBOOK,
@@ -68,7 +68,7 @@ DISCARD = "http://127.0.0.1:9"  # nothing listens: a kernel that tried to downlo
 
 def tiny_job(runs_dir, **profile):
     row = select_rows(read_paper_tables(), tables=[2], columns=["200"], weights=["binary"])
-    return make_jobs(row, {**TINY, **profile}, runs_dir=runs_dir)[0]
+    return make_jobs(row, Selection({**TINY, **profile}, runs_dir=runs_dir))[0]
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def tiny_data(real_data_dir):
 def train_in_process(job, data, epochs, n_train_eval=0):
     """Train a job's configuration for `epochs` epochs in this process as the notebook does (checkpoint after
     every epoch, result.json rewritten by the recorder): a genuine partial run when epochs < its epochs."""
-    config, out = job["config"], Path(job["output_dir"])
+    config, out = job.config, Path(job.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = out / CHECKPOINT_FILE
     recorder = EpochRecorder(out, config, checkpoint, echo=lambda *_: None)
@@ -175,7 +175,7 @@ def test_a_corrupt_checkpoint_is_named_while_planning(tmp_path, tiny_data, how, 
     outcomes, todo = plan_batch([job], echo=print)
     assert todo == [job] and outcomes == {}
     said = capsys.readouterr().out
-    assert f"{job['key']}: unreadable {out / CHECKPOINT_FILE}" in said and "moved aside" in said
+    assert f"{job.key}: unreadable {out / CHECKPOINT_FILE}" in said and "moved aside" in said
 
 
 def test_list_reports_a_corrupt_checkpoint_with_its_path(tmp_path):
@@ -199,7 +199,7 @@ def test_a_batch_moves_a_corrupt_checkpoint_aside_restarts_that_run_and_proceeds
     damage(out / CHECKPOINT_FILE, "truncated")
     damaged = (out / CHECKPOINT_FILE).read_bytes()
     other = tiny_job(tmp_path / "other", **ONE_EPOCH)
-    other["key"] = "binary-200-other"  # keys name a batch's runs (folders under one runs_dir)
+    other = other.replace(key="binary-200-other")  # keys name a batch's runs (folders under one runs_dir)
     said = []
     outcomes = run_batch([bad, other], n_jobs=1, echo=said.append)
     assert [o["status"] for o in outcomes] == ["finished", "finished"], outcomes
@@ -255,7 +255,7 @@ def test_a_full_disk_while_papermill_writes_keeps_the_good_notebook(tmp_path, mo
     from papermill.iorw import LocalHandler
 
     job = tiny_job(tmp_path / "runs", **ONE_EPOCH)
-    out = Path(job["output_dir"])
+    out = Path(job.output_dir)
     out.mkdir(parents=True)
     previous = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n'
     (out / EXECUTED_FILE).write_text(previous)
@@ -288,7 +288,7 @@ def test_a_read_only_runs_dir_is_reported_with_path_and_errno(tmp_path, monkeypa
     monkeypatch.setattr(Path, "mkdir", read_only)
     outcome = run_job(job)
     assert outcome["status"] == "failed", outcome
-    assert "[Errno 30]" in outcome["error"] and job["output_dir"] in outcome["error"], outcome
+    assert "[Errno 30]" in outcome["error"] and str(job.output_dir) in outcome["error"], outcome
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -328,12 +328,12 @@ def test_the_command_line_refuses_a_bad_configuration_before_any_job(tmp_path):
     refused naming it, before any folder exists; the runner takes the jobs' configurations as they are."""
     rows = select_rows(read_paper_tables(), tables=[4], weights=["binary"])
     with pytest.raises(ParameterError, match="mask_reading='partial': choose 'absent'"):
-        make_jobs(rows, TINY, "sampled", tmp_path / "runs", mask_reading="partial")
+        make_jobs(rows, Selection(TINY, "sampled", runs_dir=tmp_path / "runs", mask_reading="partial"))
     with pytest.raises(ParameterError, match="update='authors-1999': choose one of"):
-        make_jobs(rows, TINY, "sampled", tmp_path / "runs", update="authors-1999")
+        make_jobs(rows, Selection(TINY, "sampled", runs_dir=tmp_path / "runs", update="authors-1999"))
     assert not (tmp_path / "runs").exists()
     job = tiny_job(tmp_path / "runs")
-    assert isinstance(job["config"], RunConfig) and notebook_parameters(job) == job["config"].parameters()
+    assert isinstance(job.config, RunConfig) and notebook_parameters(job) == job.config.parameters()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -351,9 +351,8 @@ def test_the_data_dir_travels_with_the_job_to_a_dask_worker(tmp_path, monkeypatc
     data.mkdir()
     (data / "mnist").symlink_to(real_data_dir / "mnist")
     job = make_jobs(select_rows(read_paper_tables(), run_ids=["binary-200"]),
-                       {**TINY, **ONE_EPOCH}, runs_dir=tmp_path / "runs",
-                       data_dir=data)[0]
-    assert job["env"] == {ebp_data.DATA_ENV_VAR: str(data.resolve())}
+                    Selection({**TINY, **ONE_EPOCH}, runs_dir=tmp_path / "runs", data_dir=data))[0]
+    assert job.environment == {ebp_data.DATA_ENV_VAR: str(data.resolve())}
     monkeypatch.delenv(ebp_data.DATA_ENV_VAR)
     for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         monkeypatch.setenv(proxy, DISCARD)
@@ -402,11 +401,11 @@ def test_a_finished_result_beside_a_shorter_checkpoint_is_inconsistent(partial_r
     """Even with epochs_done and the planned epochs edited to match, the checkpoint's history says otherwise."""
     job, out = partial_run
     edit_result(out, lambda r: (r.update(finished=True), r["parameters"].update(epochs=1)))
-    job["config"] = job["config"].replace(epochs=1)
+    job = job.replace(config=job.config.replace(epochs=1))
     assert job_state(job).state == "unverified"  # consistent in itself, but no executed notebook vouches for it
     edit_result(out, lambda r: (r.update(epochs_done=2), r["history"].append({**r["history"][0], "epoch": 2}),
                                 r["parameters"].update(epochs=2)))
-    job["config"] = job["config"].replace(epochs=2)
+    job = job.replace(config=job.config.replace(epochs=2))
     state = job_state(job)
     assert state.state == "inconsistent" and "epochs_done: result.json finished after 2, checkpoint.npz holds 1 " \
         "epochs" in state.problems, state
@@ -450,7 +449,7 @@ def test_the_loser_of_a_lock_race_is_busy_and_leaves_the_winners_notebook(tmp_pa
     here): the notebook's kernel cannot lock the folder; the outcome is busy, not failed, and the winner's
     executed notebook is untouched."""
     job = tiny_job(tmp_path / "runs", **ONE_EPOCH)
-    out, lock = open_output_dir(job["output_dir"])
+    out, lock = open_output_dir(job.output_dir)
     winners = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n'
     (out / EXECUTED_FILE).write_text(winners)
     try:
@@ -465,7 +464,7 @@ def test_the_loser_of_a_lock_race_is_busy_and_leaves_the_winners_notebook(tmp_pa
 
 def test_a_locked_run_is_busy_before_the_notebook_starts(tmp_path):
     job = tiny_job(tmp_path / "runs")
-    _, lock = open_output_dir(job["output_dir"])
+    _, lock = open_output_dir(job.output_dir)
     try:
         assert run_job(job)["status"] == "busy"
     finally:
@@ -482,10 +481,10 @@ def test_exit_status():
 def test_progress_counts_only_the_runs_to_do(tmp_path):
     """One run skipped as finished, one to run: the progress line says 0/1, then 1/1, never 2/1."""
     skipped, todo = tiny_job(tmp_path / "a"), tiny_job(tmp_path / "b")
-    skipped["key"] = "skipped-run"
+    skipped = skipped.replace(key="skipped-run")
     outcomes = {"skipped-run": {"status": "skipped"}}
     assert " 0/1 runs done " in status_line(1.0, [todo], outcomes, [todo], 1)
-    outcomes[todo["key"]] = {"status": "finished"}
+    outcomes[todo.key] = {"status": "finished"}
     assert " 1/1 runs done " in status_line(2.0, [todo], outcomes, [], 1)
 
 
@@ -514,7 +513,7 @@ def finished_run(tmp_path, tiny_data):
     beside it, and its checkpoint still there (as a runner killed before removing it leaves it)."""
     job = tiny_job(tmp_path / "runs")
     out = train_in_process(job, tiny_data, TINY["epochs"], n_train_eval=TINY["n_train"])
-    recorder = EpochRecorder(out, job["config"], out / CHECKPOINT_FILE, echo=lambda *_: None)
+    recorder = EpochRecorder(out, job.config, out / CHECKPOINT_FILE, echo=lambda *_: None)
     result = recorder.write(recorder.history, finished=True)
     (out / EXECUTED_FILE).write_text(json.dumps(printed_notebook(result)))
     return job, out
@@ -615,7 +614,7 @@ def test_papermill_into_a_finished_run_refuses_before_any_work(finished_run):
     assert info.value.ename == "FinishedRunError", info.value
     assert str(out) in info.value.evalue and "epochs: 2 there, 1 here" in info.value.evalue
     assert "n_train: 300 there, 1000 here" in info.value.evalue
-    same = {k: v for k, v in job["config"].parameters().items() if k != "output_dir"}
+    same = {k: v for k, v in job.config.parameters().items() if k != "output_dir"}
     with pytest.raises(papermill.PapermillExecutionError) as info:
         execute({**same, "output_dir": str(out)}, out.parent / "same.ipynb")
     assert info.value.ename == "FinishedRunError" and "nothing to do" in info.value.evalue, info.value
@@ -635,7 +634,7 @@ def test_the_runner_leaves_a_finished_run_of_other_parameters_alone(finished_run
     state = job_state(other)
     assert state.state == "stale" and "epochs: 2 there, 3 here" in state.problems[0], state
     outcomes, todo = plan_batch([other], echo=lambda *_: None)
-    assert todo == [] and outcomes[other["key"]]["status"] == "stale"
+    assert todo == [] and outcomes[other.key]["status"] == "stale"
     outcome = run_job(other)
     assert outcome["status"] == "stale" and exit_status([outcome]) == 1
     assert "refusing to train over it" in outcome["error"] and "STALE" in summary([other], [outcome])
@@ -648,7 +647,7 @@ def test_the_runner_leaves_a_finished_run_of_other_parameters_alone(finished_run
 
 def test_a_lock_that_is_a_symbolic_link_is_refused_and_its_target_untouched(tmp_path):
     job = tiny_job(tmp_path / "runs")
-    out = Path(job["output_dir"])
+    out = Path(job.output_dir)
     out.mkdir(parents=True)
     target = tmp_path / "precious.txt"
     target.write_text("do not truncate me")
@@ -759,8 +758,8 @@ def test_a_kernel_that_dies_before_it_starts_is_retried_and_the_retry_is_said(tm
     assert outcome["status"] == "finished" and len(calls) == 2, outcome
     assert outcome["note"] == (f"the notebook's kernel died before it started ({KERNEL_DIED}): started 2 times, "
                                f"then it started")
-    assert f"NOTE {job['key']}: the notebook's kernel died before it started" in summary([job], [outcome])
-    assert leftovers(Path(job["output_dir"])) == []
+    assert f"NOTE {job.key}: the notebook's kernel died before it started" in summary([job], [outcome])
+    assert leftovers(Path(job.output_dir)) == []
 
 
 def test_a_kernel_that_never_starts_fails_the_run_after_a_bounded_number_of_tries(tmp_path, monkeypatch):
@@ -778,7 +777,7 @@ def test_a_kernel_that_never_starts_fails_the_run_after_a_bounded_number_of_trie
     assert outcome["status"] == "failed" and len(calls) == reproduction.runner.KERNEL_START_TRIES, outcome
     assert KERNEL_DIED in outcome["error"]
     assert outcome["note"].endswith(f"started {reproduction.runner.KERNEL_START_TRIES} times, it never started")
-    assert exit_status([outcome]) == 1 and leftovers(Path(job["output_dir"])) == []
+    assert exit_status([outcome]) == 1 and leftovers(Path(job.output_dir)) == []
 
 
 def test_only_a_kernel_that_never_started_is_retried():

@@ -69,7 +69,8 @@ def test_summary_counts_the_runs_and_shows_each_cell_with_its_seeds():
     assert "1 of the 36 successor runs finished" in text and "(other counts in brackets)" in text
     full = [row(m, seed=s, deployed=2.0 + 0.1 * s, predictive=1.9) for m in ("ebp", "bop") for s in range(3)]
     assert "mean ± SD over 3 seeds, of the deployed" in report.summary(full, expected_runs=36)
-    assert "| mnist | [800] | 3.00 ± 0.00 | 2.60 ± 0.00 | 2.80 (1) | 2.40 (1) | – | 2.50 (1) | – | – |" in text
+    assert "| mnist | [800] | 3.00 ± 0.00 | 2.60 ± 0.00 | 2.80 (1) | 2.40 (1) |" in text  # EBP at the paper's protocols
+    assert "| mnist | [800] | – | 2.50 (1) | – | – |" in text  # the successors
     assert "fashion-mnist |" not in text
     assert "2 of the 2 comparisons rest on one seed: not conclusive yet." in text
     assert "Welch interval" not in text  # no comparison has the seeds for one
@@ -206,7 +207,8 @@ def full_row(method, unit_cpu, seed=0, dataset="mnist", net="800"):
     r = {**row(method, net, seed, 2.0, 1.9, dataset), "s_per_epoch": 10.0, "s_to_best": 1200.0,
          "cpu_s_per_epoch": 4.0 if unit_cpu else None, "cpu_s_to_best": 120.0 if unit_cpu else None,
          "best_epoch": 30, "epochs_to_target": 5, "machine": "AMD EPYC + Intel Xeon", "epochs_done": 45,
-         "chosen": {"preprocessing": "unit", "init_scale": 784.0}}
+         "chosen": {"preprocessing": "unit", "init_scale": 784.0}, "n_tuned": 0 if method == "ebp" else 2,
+         "mismatches": None if method == "ebp" else 0, "nll": None if method == "ebp" else 0.1, "ece": None}
     return r
 
 
@@ -214,9 +216,17 @@ def test_cost_table_shows_one_unit_per_row_and_says_which():
     rows = [full_row("ebp", False), full_row("ebp-tuned", True), full_row("ste", True),
             {**full_row("bop", True), "cpu_s_to_best": None}]  # one record without CPU time: the group in wall s
     lines = report.cost_table(rows, "mnist").splitlines()
-    assert lines[2] == ("| EBP (B-EBP-D / -P) | [800] | 0 | 10.0 | 1200 | wall s | 30 | 5 | AMD EPYC, Intel Xeon |")
-    assert lines[3].startswith("| EBP tuned (D / P) | [800] | 0 | 4.0 | 120 | core-s |")
+    assert lines[2] == "| EBP (B-EBP-D / -P) | [800] | 0 | 10.0 | 1200 | wall s | 30 | 5 |"
+    assert lines[3] == "| EBP tuned (D / P) | [800] | 0 | 4.0 | 120 | core-s | 30 | 5 |"
     assert " 10.0 | 1200 | wall s |" in lines[5]
+    # the machines, seeds, grid size and packed mismatches in a table of their own; the errors in another
+    runs = report.runs_table(rows, "mnist").splitlines()
+    assert runs[0] == "| method | net | seeds | tuned | packed mismatches | machine |"
+    assert runs[2] == "| EBP (B-EBP-D / -P) | [800] | 0 | 0 | – | AMD EPYC, Intel Xeon |"
+    assert runs[4] == "| STE / BinaryConnect | [800] | 0 | 2 | 0 | AMD EPYC, Intel Xeon |"
+    errors = report.table(rows, "mnist").splitlines()
+    assert errors[0] == "| method | net | deployed ±1 net (%) | predictive (%) | NLL | ECE |"
+    assert errors[2] == "| EBP (B-EBP-D / -P) | [800] | 2.00 | 1.90 | – | – |" and "| 0.10 | – |" in errors[4]
     assert report.choices_table(rows).splitlines()[2] == "| mnist | [800] | ebp-tuned | 0 | unit | 784 | 30 | 45 |"
     assert report.choices_table(rows[:1]) == "EBP tuned like the successors: not yet run."
 

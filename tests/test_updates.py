@@ -124,12 +124,12 @@ def test_the_check_finds_a_restated_copy():
 def test_an_update_of_the_other_weight_type_is_refused_saying_what_to_select(tmp_path):
     """make_jobs refuses binary-weight rows under a real-weight update before building a job, naming the weights
     to select (the catalogue's own weight type, read from the entry)."""
-    from reproduction.paper_tables import make_jobs, read_paper_tables
+    from reproduction.paper_tables import Selection, make_jobs, read_paper_tables
 
     rows = [r for r in read_paper_tables() if r["weights"] == "binary" and r["table"] == 2][:2]
     with pytest.raises(ValueError, match="'authors' applies to real weights only.*binary-weight runs: select "
                                          "--weights real"):
-        make_jobs(rows, "quick", "sampled", tmp_path, update="authors")
-    jobs = make_jobs(rows, "quick", "sampled", tmp_path, update="authors-2015")
-    assert jobs and {job["config"].update for job in jobs} == {"authors-2015"}
-    assert all(job["key"].endswith("-authors-2015") for job in jobs)
+        make_jobs(rows, Selection("quick", "sampled", update="authors", runs_dir=tmp_path))
+    jobs = make_jobs(rows, Selection("quick", "sampled", update="authors-2015", runs_dir=tmp_path))
+    assert jobs and {job.config.update for job in jobs} == {"authors-2015"}
+    assert all(job.key.endswith("-authors-2015") for job in jobs)
