@@ -20,9 +20,10 @@ def rows():
 
 
 def _job(run_dir, result):
+    from reproduction.job import Job
+
     config = parameters.RunConfig.of({**result["parameters"], "output_dir": str(run_dir)})
-    return {"key": run_dir.name, "output_dir": str(run_dir), "config": config, "rows": [],
-            "notebook": "experiment.ipynb"}
+    return Job(run_dir.name, "paper", config, notebook="experiment.ipynb")
 
 
 def _finished(tmp_path, rows, key="binary-200", seed=0, error=0.0346):
