@@ -89,13 +89,19 @@ def comparator_groups(results, dataset: str, weights: str) -> dict[str, list[Gro
     return {kind: [g for g in groups if family(g.key[2]) == kind] for kind in ("dense", "local")}
 
 
-def paired(cnn: Group, other: Group, output: str) -> tuple[float, float, int] | None:
-    """(mean, SD, pairs) of CNN − comparator over their shared seeds, in percentage points; None if none shared."""
+def paired(cnn: Group, other: Group, output: str) -> tuple[float, float | None, int] | None:
+    """(mean, SD, pairs) of CNN − comparator over their shared seeds, in percentage points (SD None for one pair:
+    one seed has no spread); None if none shared."""
     seeds = sorted(set(cnn.runs) & set(other.runs))
     if not seeds:
         return None
     d = [100 * (cnn.runs[s]["final"][output] - other.runs[s]["final"][output]) for s in seeds]
-    return statistics.fmean(d), statistics.stdev(d) if len(d) > 1 else 0.0, len(d)
+    return statistics.fmean(d), statistics.stdev(d) if len(d) > 1 else None, len(d)
+
+
+def size_spread(d: tuple[float, float | None, int]) -> str:
+    """"|mean| ± SD" of a paired difference, "|mean|" alone for one pair."""
+    return f"{abs(d[0]):.2f} ± {d[1]:.2f}" if d[1] is not None else f"{abs(d[0]):.2f}"
 
 
 def mean_sd(values: list[float]) -> str:
@@ -126,7 +132,8 @@ def _row(g: Group, kind: str, cnn: Group | None) -> dict:
         for output in OUTPUTS:
             d = paired(cnn, g, output)
             row[f"CNN − this, {_name(output)} (points)"] = ("no shared seed" if d is None else
-                                                            f"{d[0]:+.2f} ± {d[1]:.2f} ({d[2]})")
+                                                            f"{d[0]:+.2f}" + (f" ± {d[1]:.2f}" if d[1] is not None else "")
+                                                            + f" ({d[2]})")
     return row
 
 
@@ -174,9 +181,10 @@ def headline(results) -> str:
             other = best(dense, output)
             d = paired(g, other, output) if other else None
             if d is not None:
-                sentences.append(f"{lead} {abs(d[0]):.2f} ± {d[1]:.2f} points {'above' if d[0] > 0 else 'below'} "
+                sentences.append(f"{lead} {size_spread(d)} points {'above' if d[0] > 0 else 'below'} "
                                  f"the best dense net's, [{other.key[2].replace('-', ',')}] after "
-                                 f"{other.epochs_done()[0]} epochs, paired by seed.")
+                                 f"{other.epochs_done()[0]} epochs, "
+                                 f"{'paired by seed' if d[2] > 1 else 'one seed paired: no spread'}.")
     return "**Beyond the paper.** The paper left convolutional nets to future work. " + " ".join(sentences)
 
 
@@ -192,9 +200,10 @@ def _finished_clause(g: Group, results) -> str:
             other = best(comparators[kind], output)
             d = paired(g, other, output) if other else None
             if d is not None:
-                text += (f"; its {_name(output)} is {abs(d[0]):.2f} ± {d[1]:.2f} points "
+                text += (f"; its {_name(output)} is {size_spread(d)} points "
                          f"{'above' if d[0] > 0 else 'below'} {name} ({other.key[2]}, {mean_sd(other.errors(output))}% "
-                         f"after {other.epochs_done()[0]} epochs; {d[2]} seeds paired)")
+                         f"after {other.epochs_done()[0]} epochs; "
+                         + ("1 seed paired: no spread)" if d[2] == 1 else f"{d[2]} seeds paired)"))
     return text
 
 

@@ -66,7 +66,7 @@ def test_finished_runs_paired_by_seed(tmp_path):
     rows = conv_report.table_rows(loaded)
     assert [r["kind"] for r in rows] == ["CNN", "dense (Table 2)", "dense (Table 2)", "local (Table 4)"]
     assert [r["network"].split()[1] for r in rows[1:]] == ["200", "800-800", "block13"]  # no dropout, no real weights
-    assert rows[1]["CNN − this, EBP-D (points)"] == "+0.00 ± 0.00 (1)"  # 200 shares seed 0 only: 3.0 − 3.0
+    assert rows[1]["CNN − this, EBP-D (points)"] == "+0.00 (1)"  # 200 shares seed 0 only: no spread
     assert rows[2]["CNN − this, EBP-P (points)"] == "+1.10 ± 0.14 (2)"
     assert rows[0]["test_ebp_p"] == "3.20 ± 0.28" and rows[0]["epochs"] == "2/2" and rows[0]["finished"]
 
@@ -95,3 +95,15 @@ def test_the_front_page_sentences_pair_each_output_with_the_best_dense_net(tmp_p
     assert "Its deployed ±1 net (EBP-D) errs 3.20 ± 0.28%, 1.10 ± 0.14 points above" in text
     sentences = [s for s in text.split(". ") if s]
     assert max(len(s.split()) for s in sentences) <= 30
+
+
+def test_one_shared_seed_is_said_to_have_no_spread(tmp_path):
+    """The best dense net has one seed: the headline gives the one difference and says it has no spread, never
+    "± 0.00"."""
+    write_result(tmp_path, "binary-800-800", fake_result({"architecture": "800-800", "weights": "binary"}, 120, None,
+                                                         "paper", 0.020))
+    cnn_run(tmp_path, 0, [0.05, 0.030])
+    cnn_run(tmp_path, 1, [0.05, 0.034])
+    text = conv_report.headline(results.load_results(tmp_path))
+    assert "That is 1.00 points above the best dense net's, [800,800] after 120 epochs, one seed paired: no spread." in text
+    assert "± 0.00" not in text and "± 0.00" not in conv_report.verdict(results.load_results(tmp_path))
