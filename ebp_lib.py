@@ -46,21 +46,41 @@ DEFAULT_MASK_READING = "absent"
 # ("authors") or one at a time. Binary weights (docs/maths.md §The authors' binary code of 2015):
 # Binary_EBP_minibatch.m as it was when the paper was written, before its fix of 2015-09-15, whose forward and
 # backward passes used ⟨W⟩ one minibatch stale ("authors-2015"); since that fix it computes the spec's update.
+# Each entry is the one place its words live: the command line, the parameter check, the tables and the mechanism
+# list read them from here.
 
 
 class Update(NamedTuple):
-    """What an update of UPDATES changes: the weight type it applies to (None: both); Δ back-propagated through this
-    step's updated ⟨W⟩; σ² of every layer after the first + 1/N; ⟨W⟩ = tanh h of the h before the previous step's
-    update."""
+    """An update of UPDATES: the weight type it applies to (None: both); what it changes from the spec's equations
+    (`through_updated`: Δ back-propagated through this step's updated ⟨W⟩; `extra_variance`: σ² of every layer
+    after the first + 1/N; `lagged`: ⟨W⟩ = tanh h of the h before the previous step's update); `label`, a few words
+    saying what it changes; `help`, one line saying whose code it is; `code`, the docs/maths.md section of the
+    authors' code it transcribes (None: the spec's); and `as_paper_ran`, whether it is that code as it was when the
+    paper was written."""
     weights: str | None
     through_updated: bool
     extra_variance: bool
     lagged: bool
+    label: str
+    help: str
+    code: str | None = None
+    as_paper_ran: bool = False
 
 
-UPDATES = {"spec": Update(None, False, False, False), "authors": Update("real", True, True, False),
-           "authors-delta": Update("real", True, False, False), "authors-variance": Update("real", False, True, False),
-           "authors-2015": Update("binary", False, False, True)}
+REAL_CODE, BINARY_CODE = "The authors' real-weight code", "The authors' binary code of 2015"  # docs/maths.md §
+UPDATES = {
+    "spec": Update(None, False, False, False, "the paper's equations", "the paper's equations (the default)"),
+    "authors": Update("real", True, True, False, "both differences of Real_EBP_minibatch.m",
+                      "the authors' Real_EBP_minibatch.m, both of its differences", REAL_CODE, True),
+    "authors-delta": Update("real", True, False, False, "Δ through the updated ⟨W⟩",
+                            "Real_EBP_minibatch.m's first difference alone: Δ back-propagated through the "
+                            "updated weights", REAL_CODE),
+    "authors-variance": Update("real", False, True, False, "σ² + 1/N after the first layer",
+                               "Real_EBP_minibatch.m's second difference alone: σ² + 1/N after the first layer",
+                               REAL_CODE),
+    "authors-2015": Update("binary", False, False, True, "⟨W⟩ one minibatch stale",
+                           "the authors' Binary_EBP_minibatch.m as the paper ran it (⟨W⟩ one step stale)",
+                           BINARY_CODE, True)}
 DEFAULT_UPDATE = "spec"
 
 

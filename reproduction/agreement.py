@@ -26,6 +26,7 @@ import math
 import re
 import statistics
 
+from ebp_lib import DEFAULT_UPDATE, UPDATES
 from reproduction import band as rule
 from reproduction.plots import label_points, trend
 from reproduction.results import OUTSIDE_MARK, binomial_se, cell_key, finished_errors, paper_band, table_cells
@@ -34,16 +35,17 @@ SLOPE_STILL_FALLING = 0.1   # points per 10 epochs: beyond the epoch-to-epoch no
 OTHER_VARIANT = {("main", 3): "Table 3 analytic", ("Table 3 analytic", 3): "main",
                  ("main", 4): "Table 4 held", ("Table 4 held", 4): "main"}
 MECHANISM_NAMES = {3: "dropout reading", 4: "mask reading"}
-# The variants of the update (ebp_lib.UPDATES other than the spec), each of the weight type it applies to:
-# variant name → (update, Table 4's mask reading, the spec's variant it stands beside). Their cells are
-# results.table_cells(..., mask_reading, real_update=update).
-UPDATE_VARIANTS = {"authors": ("authors", "absent", "main"), "authors-delta": ("authors-delta", "absent", "main"),
-                   "authors-variance": ("authors-variance", "absent", "main"),
-                   "authors-2015": ("authors-2015", "absent", "main"),
-                   "authors-2015 held": ("authors-2015", "held", "Table 4 held")}
-# The update the authors' code computed when the paper was written, per weight type (docs/maths.md)
-AUTHORS_CODE = {"real": "authors", "binary": "authors-2015"}
-AUTHORS_CODE_NAMES = {"real": "the authors' real-weight code", "binary": "the authors' binary code of 2015"}
+# The variants of the update, read from ebp_lib.UPDATES: variant name → (update, Table 4's mask reading, the spec's
+# variant it stands beside). Each update other than the spec's is a variant beside "main"; the authors' code as
+# the paper ran it (Update.as_paper_ran) is also one under Table 4's held reading, beside "Table 4 held" (e.g.
+# "authors-2015 held"). Their cells are results.table_cells(..., mask_reading, update).
+UPDATE_VARIANTS = {**{name: (name, "absent", "main") for name in UPDATES if name != DEFAULT_UPDATE},
+                   **{f"{name} held": (name, "held", "Table 4 held") for name, update in UPDATES.items()
+                      if update.as_paper_ran}}
+# The update the authors' code computed when the paper was written, per weight type, and that code's name
+AUTHORS_CODE = {update.weights: name for name, update in UPDATES.items() if update.as_paper_ran}
+AUTHORS_CODE_NAMES = {UPDATES[name].weights: UPDATES[name].code[0].lower() + UPDATES[name].code[1:]
+                      for name in AUTHORS_CODE.values()}
 VARIANT_READINGS = {"main": {3: "sampled", 4: "absent"}, "Table 3 analytic": {3: "analytic"},
                     "Table 4 held": {4: "held"}}
 MIN_DF = 4        # a family's own spread sets its band from 4 degrees of freedom (t = 2.78) on
@@ -179,6 +181,15 @@ def update_variants(rows: list[dict], results_list: list[dict], profile: str) ->
     return {name: table_cells([r for r in rows if masks != "held" or r["table"] == 4], results_list, profile,
                               "sampled", masks, update)
             for name, (update, masks, _) in UPDATE_VARIANTS.items()}
+
+
+def update_sections() -> list[tuple[str, str, list[str]]]:
+    """[(the authors' code, as docs/maths.md titles its section; the weight type; the update variants that
+    transcribe it)], one per code of ebp_lib.UPDATES (Update.code), in their order: the tables notebook's sections
+    on the authors' codes."""
+    codes = {update.code: update.weights for update in UPDATES.values() if update.code is not None}
+    return [(code, weights, [v for v, (update, _, _) in UPDATE_VARIANTS.items() if UPDATES[update].code == code])
+            for code, weights in codes.items()]
 
 
 def authors_variant(weights: str, variant: str) -> str | None:

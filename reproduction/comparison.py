@@ -29,7 +29,7 @@ def is_table2_ebp(result: dict, dataset: str) -> bool:
             and result.get("profile") not in MECHANISMS
             and bool(result.get("finished")) and p.get("dataset") == dataset and p.get("dropout") is None
             and p.get("architecture") in TABLE2_ARCHITECTURES and p.get("preprocessing") == "pixel"
-            and p.get("std_floor") == 0 and p.get("init_scale") == 1 and p.get("real_update", "spec") == "spec")
+            and p.get("std_floor") == 0 and p.get("init_scale") == 1 and p.get("update", "spec") == "spec")
 
 
 def ebp_table2_results(results: list[dict], dataset: str) -> dict[tuple[str, str], list[dict]]:

@@ -83,7 +83,7 @@ def comparator_groups(results, dataset: str, weights: str) -> dict[str, list[Gro
     plain = [r for r in results if r["method"] == "ebp" and r["profile"] == COMPARATOR_PROFILE
              and r["parameters"]["dataset"] == dataset and r["parameters"]["weights"] == weights
              and not r["parameters"]["dropout"] and r["parameters"]["mask_reading"] == DEFAULT_MASK_READING
-             and r["parameters"]["real_update"] == DEFAULT_UPDATE
+             and r["parameters"]["update"] == DEFAULT_UPDATE
              and r["parameters"]["init_scale"] == 1.0 and not is_cnn(r["parameters"]["architecture"])]
     groups = _group(plain)
     return {kind: [g for g in groups if family(g.key[2]) == kind] for kind in ("dense", "local")}

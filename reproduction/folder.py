@@ -43,6 +43,7 @@ from reproduction.records import (
     HISTORY_ERRORS,
     MAX_JSON_BYTES,
     RECORD_FORMAT,
+    RENAMED_PARAMETERS,
     REPO,
     Expected,
     JSONFileError,
@@ -100,21 +101,21 @@ def split_results_folder(name: str) -> tuple[str, str]:
 
 
 def run_key(run_id: str, dropout: str | None = None, seed: int = 0,
-            mask_reading: str = ebp_lib.DEFAULT_MASK_READING, real_update: str = ebp_lib.DEFAULT_UPDATE) -> str:
+            mask_reading: str = ebp_lib.DEFAULT_MASK_READING, update: str = ebp_lib.DEFAULT_UPDATE) -> str:
     """The folder name of a run: its run id, plus the dropout reading (`dropout`) for dropout runs, plus -held
-    for spatial runs with the held mask reading, plus the real-weight update where it is not the spec's (e.g.
+    for spatial runs with the held mask reading, plus the update where it is not the spec's (e.g.
     -authors), plus -seed<N> for seeds other than 0 (the defaults add nothing: the committed runs of seed 0, the
     absent reading and the spec's update lie in folders named so)."""
     return (run_id + (f"-{dropout}" if dropout else "")
             + (f"-{mask_reading}" if mask_reading != ebp_lib.DEFAULT_MASK_READING else "")
-            + (f"-{real_update}" if real_update != ebp_lib.DEFAULT_UPDATE else "") + (f"-seed{seed}" if seed else ""))
+            + (f"-{update}" if update != ebp_lib.DEFAULT_UPDATE else "") + (f"-seed{seed}" if seed else ""))
 
 
 def expected_run_folder(params: dict) -> str:
     """The folder name (run_key) of a run of the experiment parameters `params`: its run id (<weights>-<architecture>,
     -dropout for dropout runs, as reproduction.paper_tables names them) and its variants."""
     run_id = f"{params['weights']}-{params['architecture']}" + ("-dropout" if params["dropout"] else "")
-    return run_key(run_id, params["dropout"], params["seed"], params["mask_reading"], params["real_update"])
+    return run_key(run_id, params["dropout"], params["seed"], params["mask_reading"], params["update"])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ def checkpoint_settings(meta: dict) -> dict:
     network = meta["config"]
     settings = {"layers": network["architecture"], "weights": network["weights"], "dropout": network["dropout"],
                 "keep": network["keep"], "mask_reading": network.get("mask_reading", ebp_lib.DEFAULT_MASK_READING),
-                "real_update": network.get("real_update", ebp_lib.DEFAULT_UPDATE)}
+                "update": network.get("real_update", ebp_lib.DEFAULT_UPDATE)}
     run = meta.get("run", {})
     settings.update({k: v for k, v in run.items() if k in RUN_CONFIG_KEYS or k in ("seed", "batch_size")})
     return settings
@@ -317,7 +318,8 @@ def notebook_problems(result: dict, notebook: dict, result_path, notebook_path) 
                                     f"printed {text}")
     given = notebook.get("metadata", {}).get("papermill", {}).get("parameters") or {}
     options = {k: v for k, v in given.items() if k in RUN_OPTIONS}  # how it ran, not what: checked apart
-    given = {k: v for k, v in given.items() if k != "output_dir" and k not in RUN_OPTIONS}
+    # a notebook run before a parameter's rename was given it under its earlier name (records.RENAMED_PARAMETERS)
+    given = {RENAMED_PARAMETERS.get(k, k): v for k, v in given.items() if k != "output_dir" and k not in RUN_OPTIONS}
     if "engine" in options and options["engine"] != result["engine"]:
         problems.append(f"engine: {result_path} {result['engine']!r}, {notebook_path} ran with "
                         f"{options['engine']!r}")

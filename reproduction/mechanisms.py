@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from ebp_lib import UPDATES
 from reproduction import band
 from reproduction.parameters import MECHANISMS, RUN_OPTIONS
 from reproduction.results import cell_key
@@ -63,12 +64,14 @@ class Mechanism:
 
 
 def tested_mechanisms() -> list[Mechanism]:
-    """The profiles of parameters.MECHANISMS, then the authors' binary code of 2015 (binary cells only)."""
+    """The profiles of parameters.MECHANISMS, then each update of ebp_lib.UPDATES for binary weights (the authors'
+    binary code of 2015), in the words of its label: the paper profile's runs under it, on the binary cells (a
+    real-weight update cannot move the binary offset)."""
     out = [Mechanism(name, CHANGES.get(name, ", ".join(f"{k} = {v}" for k, v in change.items())), name, change,
                      cells=TRAINED_CELLS.get(name))
            for name, change in MECHANISMS.items()]
-    return out + [Mechanism("authors-2015", "⟨W⟩ one minibatch stale",
-                            "paper", {"real_update": "authors-2015"}, ("binary",))]
+    return out + [Mechanism(name, update.label, "paper", {"update": name}, ("binary",))
+                  for name, update in UPDATES.items() if update.weights == "binary"]
 
 
 def setting(result: dict, name: str):

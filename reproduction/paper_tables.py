@@ -212,7 +212,7 @@ def make_jobs(rows: list[dict], selection: Selection) -> list[Job]:
     data_dir = selection.data_dir or os.environ.get(ebp_data.DATA_ENV_VAR)
     env = {ebp_data.DATA_ENV_VAR: str(Path(data_dir).resolve())} if data_dir else {}
     # the one place where the selection's settings meet RunConfig's names for them
-    settings = {"mask_reading": selection.mask_reading, "real_update": selection.update, "epochs": profile["epochs"],
+    settings = {"mask_reading": selection.mask_reading, "update": selection.update, "epochs": profile["epochs"],
                 "batch_size": profile["batch_size"], "n_train": profile["n_train"],
                 "preprocessing": profile.get("preprocessing", "pixel")}
     jobs = []

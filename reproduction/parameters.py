@@ -63,9 +63,8 @@ DATASET_CHOICES = tuple(ebp_data.DATASETS)  # the data sets experiments train on
 WEIGHTS = ("binary", "real")
 PREPROCESSINGS = ("pixel", "global", "unit", "image")
 MASK_READINGS = ebp_lib.MASK_READINGS  # absent (default) or held: docs/maths.md §Spatial filtering
-# spec (default) or one of the authors' codes (ebp_lib.UPDATES): docs/maths.md §The authors' real-weight code,
-# §The authors' binary code of 2015
-UPDATES = tuple(ebp_lib.UPDATES)
+# spec (default) or one of the authors' codes: ebp_lib.UPDATES, each with its help line (updates_help)
+UPDATES = ebp_lib.UPDATES  # the one catalogue itself, not a copy: an entry added there is known here at once
 # What a checkpoint must have been trained with to be resumed, besides what ebp_train.fit compares itself (the
 # network, seed, batch size, engine): passed to fit as run_config and stored in the checkpoint.
 RUN_CONFIG_KEYS = ("dataset", "architecture", "weights", "dropout", "keep", "n_train", "preprocessing",
@@ -124,6 +123,14 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def updates_help() -> str:
+    """Every update of ebp_lib.UPDATES with the weights it trains and its help line ('spec (both weights): the
+    paper's equations (the default); authors (real weights): ...'): what the parameter check and the command line
+    say of them, generated so that a new entry needs no word typed here."""
+    return "; ".join(f"{name} ({update.weights or 'both'} weights): {update.help}"
+                     for name, update in ebp_lib.UPDATES.items())
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The configuration of one experiment, validated when it is built (ParameterError listing every problem) and
@@ -135,7 +142,7 @@ class RunConfig:
     architecture: str = "200"
     weights: str = "binary"
     mask_reading: str = ebp_lib.DEFAULT_MASK_READING
-    real_update: str = ebp_lib.DEFAULT_UPDATE
+    update: str = ebp_lib.DEFAULT_UPDATE
     dropout: str | None = None
     keep: float = 0.8
     epochs: int = 2
@@ -187,7 +194,7 @@ class RunConfig:
         so they are not checked again (ebp_lib._new_network, init_network's unchecked half)."""
         return ebp_lib._new_network(paper_architecture(self.architecture), self.weights, self.seed, INPUT_SIDE,
                                     self.init_scale, self.dropout, self.keep, dtype, self.mask_reading,
-                                    self.real_update)
+                                    self.update)
 
     def describe(self) -> str:
         """One deterministic line saying what the run trains (describe_experiment)."""
@@ -207,8 +214,8 @@ class RunConfig:
         config = {name: getattr(self, name) for name in RUN_CONFIG_KEYS}
         if self.mask_reading != ebp_lib.DEFAULT_MASK_READING:
             config["mask_reading"] = self.mask_reading
-        if self.real_update != ebp_lib.DEFAULT_UPDATE:
-            config["real_update"] = self.real_update
+        if self.update != ebp_lib.DEFAULT_UPDATE:  # under the network's name for it, which older checkpoints hold
+            config["real_update"] = self.update
         return config
 
 
@@ -240,15 +247,13 @@ def _problems(p: dict) -> list[str]:
             and not is_spatial(p["architecture"]):
         bad("mask_reading", f"architecture {p['architecture']!r} has no locally connected layer, so there is "
                             "nothing to hold; 'held' applies to spatial architectures (block13, 361-100)")
-    if p["real_update"] not in UPDATES:
-        bad("real_update", f"choose one of {', '.join(UPDATES)} (spec: the paper's equations; authors: the "
-                           f"authors' Real_EBP_minibatch.m; authors-delta / authors-variance: one of its two "
-                           f"differences; authors-2015: their Binary_EBP_minibatch.m as the paper ran it)")
+    if p["update"] not in UPDATES:
+        bad("update", f"choose one of: {updates_help()}")
     elif p["weights"] in WEIGHTS:
         try:
-            ebp_lib.check_update(p["real_update"], p["weights"])
+            ebp_lib.check_update(p["update"], p["weights"])
         except ValueError as err:
-            bad("real_update", str(err))
+            bad("update", str(err))
     if isinstance(p["dropout"], str) and p["dropout"].lower() in ("none", "off", ""):
         p["dropout"] = None
     if p["dropout"] not in (None, *DROPOUT_READINGS):
@@ -299,8 +304,8 @@ def describe_experiment(params: dict) -> str:
     dropout = "no dropout" if params["dropout"] is None else f"{params['dropout']} dropout, p = {params['keep']}"
     n = f"{params['n_train']:,}" if params["n_train"] is not None else f"all {FULL_TRAIN:,}"
     masks = (f" (non-connected weights {params['mask_reading']})" if is_spatial(params["architecture"]) else "")
-    if params["real_update"] != ebp_lib.DEFAULT_UPDATE:
-        masks += f", update {params['real_update']} (the authors' code)"
+    if params["update"] != ebp_lib.DEFAULT_UPDATE:
+        masks += f", update {params['update']} (the authors' code)"
     return (f"{params['dataset']}, {params['weights']} weights, architecture {params['architecture']} "
             f"{architecture_layers(params['architecture'])}{masks}, {dropout}; {n} training images "
             f"({params['preprocessing']} standardisation), {params['epochs']} epochs, batch size "

@@ -249,7 +249,7 @@ def describe_error(err: BaseException, path=None) -> str:
 # Run records: result.json of every kind of run, one writer (write_record), one reader (read_record)
 # ----------------------------------------------------------------------------------------------------------
 
-RECORD_FORMAT = 3  # the version of result.json that write_record writes and every reader receives
+RECORD_FORMAT = 4  # the version of result.json that write_record writes and every reader receives
 # EBP runs (reproduction.folder.EpochRecorder), the backprop baseline, and EBP's successors (reproduction.successors)
 RECORD_KINDS = ("ebp", "backprop", "successor")
 HISTORY_ERRORS = {"ebp": ("test_ebp_p", "test_ebp_d", "train_ebp_p", "train_ebp_d"),
@@ -355,9 +355,10 @@ def upgrade_record(data: dict) -> dict:
     Format 1 (EBP runs only; written before a record named its method): gains method "ebp", and parameters without
     a mask_reading gain mask_reading "absent", the only reading there was when they ran. Formats 1 and 2 (EBP
     runs): parameters without a real_update gain real_update "spec", the only update there was. Each is placed
-    where the experiment's parameters have it (after `weights`, then after `mask_reading`). Backprop records of
-    format 2 are those of format 3."""
-    if data.get("format") not in (1, 2) or data.get("method", "ebp") not in RECORD_KINDS:
+    where the experiment's parameters have it (after `weights`, then after `mask_reading`). Formats 1 to 3 (EBP
+    runs): each parameter of RENAMED_PARAMETERS takes its new name, in its place. Backprop records of formats 2 and
+    3, and successor records of format 3, are those of format 4."""
+    if data.get("format") not in (1, 2, 3) or data.get("method", "ebp") not in RECORD_KINDS:
         return data
     method = data.get("method", "ebp")
     data = {"format": RECORD_FORMAT, "method": method, **{k: v for k, v in data.items() if k not in ("format",
@@ -365,8 +366,15 @@ def upgrade_record(data: dict) -> dict:
     params = data.get("parameters")
     if method == "ebp" and isinstance(params, dict):
         params = _insert_after(params, "weights", "mask_reading", "absent")
-        data["parameters"] = _insert_after(params, "mask_reading", "real_update", "spec")
+        params = _insert_after(params, "mask_reading", "real_update", "spec")
+        data["parameters"] = {RENAMED_PARAMETERS.get(k, k): v for k, v in params.items()}
     return data
+
+
+# The EBP parameters renamed at format 4, {earlier name: name}: "real_update" also names a binary update
+# (authors-2015). Records of earlier formats are upgraded (upgrade_record); a replay by a commit before the rename
+# gives its notebook the earlier name (reproduction.verify.replay_parameters).
+RENAMED_PARAMETERS = {"real_update": "update"}
 
 
 def _insert_after(params: dict, after: str, name: str, value) -> dict:

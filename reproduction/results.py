@@ -223,11 +223,11 @@ def row_update(row: dict, update: str) -> str:
 
 
 def matches(row: dict, result: dict, reading: str = "sampled", seed: int | None = 0,
-            mask_reading: str = DEFAULT_MASK_READING, real_update: str = DEFAULT_UPDATE) -> bool:
+            mask_reading: str = DEFAULT_MASK_READING, update: str = DEFAULT_UPDATE) -> bool:
     """Whether a result was trained in the configuration of a table row (with the paper's defaults for the
     data: MNIST, per-pixel standardisation, reference initialisation), with seed `seed` (None: any seed), the
     dropout reading `reading` (Table 3), the mask reading `mask_reading` (Table 4; the other tables have no
-    masks, so only results of the default reading fill them) and the update `real_update` where it applies to the
+    masks, so only results of the default reading fill them) and the update `update` where it applies to the
     row's weights (row_update)."""
     p = result["parameters"]
     dropout = reading if row["dropout"] == "yes" else None
@@ -235,7 +235,7 @@ def matches(row: dict, result: dict, reading: str = "sampled", seed: int | None 
     return (p["dataset"] == row["dataset"] and p["architecture"] == row["architecture"]
             and p["weights"] == row["weights"] and p["dropout"] == dropout
             and (dropout is None or p["keep"] == row["keep"]) and p["mask_reading"] == masks
-            and p["real_update"] == row_update(row, real_update)
+            and p["update"] == row_update(row, update)
             and p["preprocessing"] == "pixel" and p["std_floor"] == 0 and p["init_scale"] == 1
             and (seed is None or seed_of(result) == seed))
 
@@ -319,11 +319,11 @@ class Cells(dict):
 
 
 def rejected_runs(row: dict, rejected: dict, profile: str, reading: str, mask_reading: str,
-                  real_update: str = DEFAULT_UPDATE) -> list[tuple]:
+                  update: str = DEFAULT_UPDATE) -> list[tuple]:
     """[(seed, kind, run folder, why)] of the rejected results (Results.rejected) lying in the folders of a table
     row's run: <results_folder(profile, its data set)>/<run_key(...)>[-seed<N>]."""
     base = run_key(row["run_id"], reading if row["dropout"] == "yes" else None, 0,
-                   mask_reading if row["table"] == 4 else DEFAULT_MASK_READING, row_update(row, real_update))
+                   mask_reading if row["table"] == 4 else DEFAULT_MASK_READING, row_update(row, update))
     pattern = re.compile(re.escape(base) + r"(?:-seed(\d+))?")
     out = []
     for run_dir, (kind, why) in sorted(rejected.items()):
@@ -340,10 +340,10 @@ def cell_key(row: dict) -> tuple:
 
 
 def table_cells(rows: list[dict], results: list[dict], profile: str = "paper", reading: str = "sampled",
-                mask_reading: str = DEFAULT_MASK_READING, real_update: str = DEFAULT_UPDATE) -> Cells:
+                mask_reading: str = DEFAULT_MASK_READING, update: str = DEFAULT_UPDATE) -> Cells:
     """cell_key -> Cell for every table row that has a result of `profile` in the given dropout and mask
-    readings and, for real-weight rows, the real-weight update `real_update` (absent when none exists yet; with
-    another update than the spec's, binary rows are left out). Per seed the most complete result counts; the seeds whose result
+    readings and the update `update` where it applies to a row's weights (absent when none exists yet;
+    the rows of the other weight type are left out). Per seed the most complete result counts; the seeds whose result
     shares the most complete protocol are pooled (a seed still training is listed, not pooled). Only results of
     the rows' data set fill them (matches): dataset_rows(rows, "fashion-mnist") gives the Fashion-MNIST cells.
     The rows' runs whose result.json was rejected (load_results) are in Cells.rejected, so that a table says so
@@ -355,14 +355,14 @@ def table_cells(rows: list[dict], results: list[dict], profile: str = "paper", r
     of_profile = [r for r in results if r["profile"] == profile]
     cells = Cells()
     for row in rows:
-        if not update_applies(real_update, row["weights"]):
+        if not update_applies(update, row["weights"]):
             continue
-        refused = rejected_runs(row, getattr(results, "rejected", {}), profile, reading, mask_reading, real_update)
+        refused = rejected_runs(row, getattr(results, "rejected", {}), profile, reading, mask_reading, update)
         if refused:
             cells.rejected[cell_key(row)] = refused
         per_seed = {}
         for result in of_profile:
-            if matches(row, result, reading, None, mask_reading, real_update):
+            if matches(row, result, reading, None, mask_reading, update):
                 seed = seed_of(result)
                 if seed not in per_seed or completeness(result) > completeness(per_seed[seed]):
                     per_seed[seed] = result

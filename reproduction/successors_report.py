@@ -112,7 +112,7 @@ def ebp_rows(ebp_results, dataset: str) -> list[dict]:
         p = r["parameters"]
         if (r["method"] != "ebp" or Path(r["run_dir"]).parts[0] != EBP_PROFILES[dataset] or p["dataset"] != dataset
                 or p["weights"] != "binary" or p["dropout"] not in (None, "sampled") or p["architecture"] not in NETS
-                or p["real_update"] != DEFAULT_UPDATE or not r["finished"]):
+                or p["update"] != DEFAULT_UPDATE or not r["finished"]):
             continue
         history, target = r["history"], sc.TARGET_ERROR[dataset]
         rows.append({"method": "ebp" if p["dropout"] is None else "ebp-dropout", "dataset": dataset,

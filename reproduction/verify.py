@@ -64,6 +64,7 @@ from reproduction.parameters import DEFAULT_PARAMETERS, ParameterError, validate
 from reproduction.records import (
     HISTORY_ERRORS,
     MAX_JSON_BYTES,
+    RENAMED_PARAMETERS,
     REPO,
     RecordError,
     cpu_flags,
@@ -246,17 +247,21 @@ def committed_parameter_names(commit: str, repo=REPO) -> frozenset[str]:
 
 def replay_parameters(record: dict, known: set[str], k: int, output_dir: str) -> tuple[dict, list[str]]:
     """The papermill parameters of a replay of `record`'s first `k` epochs by a commit whose parameters cell assigns
-    `known`: each of the record's parameters that commit knew (the rest, at today's default, are dropped: a
-    parameter was added with the default that its earlier code hard-wired, as records.upgrade_record says of the
-    mask reading and the update), the epochs, the output folder and the engine if it knew one; and the names
-    dropped. VerifyError for a parameter it did not know whose value is not the default: that commit cannot have
-    trained it, so the record is not what it ran."""
+    `known`: each of the record's parameters that commit knew, under the name it knew (a parameter renamed since,
+    records.RENAMED_PARAMETERS, under its earlier name; the rest, at today's default, are dropped: a parameter was
+    added with the default that its earlier code hard-wired, as records.upgrade_record says of the mask reading and
+    the update), the epochs, the output folder and the engine if it knew one; and the names dropped. VerifyError
+    for a parameter it did not know whose value is not the default: that commit cannot have trained it, so the
+    record is not what it ran."""
+    earlier = {name: old for old, name in RENAMED_PARAMETERS.items()}
     params, dropped = {}, []
     for name, value in record["parameters"].items():
         if name in ("epochs", "output_dir"):
             continue
         if name in known:
             params[name] = value
+        elif earlier.get(name) in known:
+            params[earlier[name]] = value
         elif value == DEFAULT_PARAMETERS[name]:
             dropped.append(name)
         else:

@@ -88,14 +88,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="Table 4 only: the weights outside a spatial unit's block are absent (default) or "
                              "held at h = 0 as in the paper's full matrix (docs/maths.md, Spatial filtering); "
                              "held runs go to <run>-held/, e.g. binary-block13-held")
-    parser.add_argument("--real-update", "--update", dest="real_update", choices=parameters.UPDATES,
+    parser.add_argument("--update", "--real-update", dest="update", choices=parameters.UPDATES,
                         default=ebp_lib.DEFAULT_UPDATE,
-                        help="the spec's update (default) or one of the authors' codes (docs/maths.md). Real weights: "
-                             "their Real_EBP_minibatch.m (authors: both of its differences; authors-delta: Δ "
-                             "back-propagated through the updated weights; authors-variance: σ² + 1/N after the "
-                             "first layer). Binary weights: authors-2015, their Binary_EBP_minibatch.m as the paper "
-                             "ran it (⟨W⟩ one step stale). Such runs go to <run>-<update>/, e.g. "
-                             "real-200-200-authors, binary-200-authors-2015")
+                        help="the spec's update or one of the authors' codes (docs/maths.md): "
+                             f"{parameters.updates_help()}. Such runs go to <run>-<update>/, e.g. "
+                             "binary-200-<update> (--real-update: its earlier name, still accepted)")
     parser.add_argument("--dataset", choices=parameters.DATASET_CHOICES, default="mnist",
                         help="train the same runs on this data set (default mnist, the paper's); another data set's "
                              "runs go to outputs/runs/<profile>-<dataset>/, e.g. paper-fashion-mnist/binary-200")
@@ -179,7 +176,7 @@ def run(argv=None) -> tuple[int, list[dict]]:
         return 2, []
     try:  # every job's RunConfig is built and validated here, once (paper_tables.make_jobs)
         jobs = paper_tables.make_jobs(rows, paper_tables.Selection(
-            args.profile, args.dropout_reading, args.seed, args.mask_reading, args.dataset, args.real_update,
+            args.profile, args.dropout_reading, args.seed, args.mask_reading, args.dataset, args.update,
             args.engine, args.runs_dir, args.data_dir))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -199,7 +196,7 @@ def run(argv=None) -> tuple[int, list[dict]]:
     n_train = profile["n_train"] or parameters.FULL_TRAIN
     print(f"profile {args.profile}: {profile['epochs']} epochs, {n_train:,} training images of {args.dataset}; "
           f"seeds {', '.join(map(str, args.seed))}; dropout reading "
-          f"{args.dropout_reading}; mask reading {args.mask_reading}; update {args.real_update}; engine "
+          f"{args.dropout_reading}; mask reading {args.mask_reading}; update {args.update}; engine "
           f"{jobs[0].engine or ebp_train.DEFAULT_ENGINE}{', seeds of a run trained together' if args.group_seeds else ''}; "
           f"results in "
           f"{args.runs_dir / folder.results_folder(args.profile, args.dataset)}")

@@ -122,10 +122,10 @@ def test_the_authors_real_weight_code_within_the_band_explains_a_real_cell(rows)
     spec = seeds(d_row, 0.0300)  # EBP-D 3.00 (+0.58), SD 0.1: outside the band of ±0.50
     for result in spec:
         result["final"]["test_ebp_p"] = 0.0210
-    authors = run(d_row, 0.0245, real_update="authors")  # one seed: the main variant's spread
+    authors = run(d_row, 0.0245, update="authors")  # one seed: the main variant's spread
     authors["final"]["test_ebp_p"] = 0.0212
     variants = {"main": cells_of(rows, spec),
-                "authors": results.table_cells(rows, [authors], PAPER, real_update="authors")}
+                "authors": results.table_cells(rows, [authors], PAPER, update="authors")}
     assert "authors" not in str(variants["main"]) and cell_row(rows, 2, "B-EBP-D", "200") not in \
         [c.row for c in variants["authors"].values()]  # binary rows have no variant cells
     found = agreement.mechanisms(d_row, rows, variants)
@@ -146,7 +146,7 @@ def test_the_authors_binary_code_of_2015_stands_beside_the_held_reading(rows):
     spread it borrows for a single seed."""
     p_row = cell_row(rows, 4, "B-EBP-P", "[361,100]")  # paper 4.96
     held = seeds(p_row, 0.0560, mask_reading="held")  # +0.64, SD 0.1: outside the band of ±0.50
-    lagged = [run(p_row, error, seed=seed, mask_reading="held", real_update="authors-2015")
+    lagged = [run(p_row, error, seed=seed, mask_reading="held", update="authors-2015")
               for seed, error in ((0, 0.0500), (1, 0.0520))]  # paired with the spec's seeds: −0.60, −0.50
     variants = {"main": cells_of(rows, []), "Table 4 held": cells_of(rows, held, masks="held"),
                 **agreement.update_variants(rows, lagged, PAPER)}

@@ -32,7 +32,7 @@ QUICK_RECORDS = ("binary-200", "real-200", "binary-200-dropout-sampled", "real-2
 def variant(params: dict) -> tuple:
     """(data set, table, dropout reading, mask reading, update, weights) of a record's parameters."""
     table = 4 if parameters.is_spatial(params["architecture"]) else (3 if params["dropout"] else 2)
-    return (params["dataset"], table, params["dropout"], params["mask_reading"], params["real_update"],
+    return (params["dataset"], table, params["dropout"], params["mask_reading"], params["update"],
             params["weights"])
 
 

@@ -20,9 +20,10 @@ def rows():
 
 
 def _job(run_dir, result):
+    from reproduction.job import Job
+
     config = parameters.RunConfig.of({**result["parameters"], "output_dir": str(run_dir)})
-    return {"key": run_dir.name, "output_dir": str(run_dir), "config": config, "rows": [],
-            "notebook": "experiment.ipynb"}
+    return Job(run_dir.name, "paper", config, notebook="experiment.ipynb")
 
 
 def _finished(tmp_path, rows, key="binary-200", seed=0, error=0.0346):
@@ -157,8 +158,8 @@ def test_checkpoint_metadata_nested_deep_is_a_checkpoint_error_naming_the_file(t
 
 
 def test_a_record_of_a_newer_format_is_refused_and_left_alone(tmp_path, rows):
-    """`"format": 4`: the run is 'newer' (not corrupt): nothing moved aside, nothing retrained, the tables name
-    it."""
+    """A format newer than this code's: the run is 'newer' (not corrupt): nothing moved aside, nothing retrained,
+    the tables name it."""
     run_dir, record = _finished(tmp_path, rows)
     newer = {**record, "format": records.RECORD_FORMAT + 1}
     (run_dir / RESULT_FILE).write_text(json.dumps(newer))
@@ -174,7 +175,7 @@ def test_the_upgrader_checks_every_file_before_writing_any_and_names_each_bad_on
     run_dir, record = _finished(tmp_path, rows)
     old = tmp_path / "ok.json"
     old.write_text(json.dumps({**record, "format": 2, "parameters": {k: v for k, v in record["parameters"].items()
-                                                                      if k != "real_update"}}))
+                                                                      if k != "update"}}))
     bad = {"text.json": b"not json", "list.json": b"[1, 2]", "deep.json": DEEP, "latin1.json": b'{"a": "\xe9"}'}
     for name, data in bad.items():
         (tmp_path / name).write_bytes(data)

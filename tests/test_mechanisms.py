@@ -78,7 +78,7 @@ def test_a_run_pairs_only_with_the_same_configuration_and_seed():
 
 
 def test_the_authors_binary_code_leaves_the_real_control_unchanged():
-    lagged = [fake_result(net(w, a), 120, None, "paper", 0.03 + d, seed=s, real_update="authors-2015")
+    lagged = [fake_result(net(w, a), 120, None, "paper", 0.03 + d, seed=s, update="authors-2015")
               for w, a in mechanisms.CELLS if w == "binary" for s, d in enumerate(OFFSETS)]
     line = row_of(mechanisms.mechanism_table(paper_runs() + lagged), "authors-2015")
     assert "| +0.00 ± 0.00 (3 seeds) | +0.00 ± 0.00 (3 seeds) | unchanged (binary only) |" in line

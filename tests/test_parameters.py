@@ -135,14 +135,14 @@ def test_a_run_configuration_is_validated_when_built_and_frozen():
         parameters.RunConfig.of({"epoch": 3, "weights": "ternary"})
     assert "epoch: unknown parameter" in str(info.value) and "weights='ternary'" in str(info.value)
     held = parameters.RunConfig(architecture="361-100", weights="real", mask_reading="held",
-                                real_update="authors")
+                                update="authors")
     net = held.network()
     assert (net.mask_reading, net.real_update, net.weights) == ("held", "authors", "real")
     assert all(layer.held for layer in net.layers[:2]) and net.sizes == [784, 361, 100, 10]
 
 
 @pytest.mark.parametrize("changes", [{}, {"architecture": "361-100", "weights": "real", "mask_reading": "held",
-                                      "real_update": "authors", "dropout": "sampled", "init_scale": 0.5, "seed": 3}])
+                                      "update": "authors", "dropout": "sampled", "init_scale": 0.5, "seed": 3}])
 def test_a_run_configs_network_is_init_networks_built_without_checking_again(monkeypatch, changes):
     """RunConfig.network builds the network ebp_lib.init_network builds from the same values, bit for bit, without
     running init_network's checks again (the RunConfig validated them when it was built)."""
@@ -153,7 +153,7 @@ def test_a_run_configs_network_is_init_networks_built_without_checking_again(mon
     config = parameters.RunConfig(**changes)
     expected = ebp_lib.init_network(config.layers, config.weights, config.seed, init_scale=config.init_scale,
                                     dropout=config.dropout, keep=config.keep, mask_reading=config.mask_reading,
-                                    real_update=config.real_update, dtype=np.float32)
+                                    real_update=config.update, dtype=np.float32)
 
     def checked_again(*args, **kwargs):
         raise AssertionError("a RunConfig's values were checked again")

@@ -85,40 +85,50 @@ def _record(tmp_path, **changes):
     return {**record, **changes}
 
 
-@pytest.mark.parametrize("old_format", [1, 2])
+def _older(current: dict, old_format: int) -> dict:
+    """The record `current` as a format `old_format` writer wrote it: format 3 named the update real_update;
+    format 2 had none (the spec's, the only one); format 1 no mask_reading either (absent) and no method."""
+    dropped = {1: ("mask_reading", "update"), 2: ("update",), 3: ()}[old_format]
+    old = {k: v for k, v in current.items() if old_format > 1 or k != "method"}
+    old["format"] = old_format
+    old["parameters"] = {"real_update" if k == "update" else k: v for k, v in current["parameters"].items()
+                         if k not in dropped}
+    return old
+
+
+@pytest.mark.parametrize("old_format", [1, 2, 3])
 def test_an_older_format_record_is_read_as_the_current_one_and_upgraded_once(tmp_path, old_format):
-    """Format 1 (no method, no mask_reading, no real_update) and format 2 (no real_update) read as the current
-    format through the one upgrader: method 'ebp', the default reading placed after `weights` and the spec's
-    update after it, nothing else changed; upgrade_files rewrites only such files, and the rewritten text
-    differs from the old in exactly those lines."""
+    """Format 1 (no method, no mask_reading, no update), format 2 (no update) and format 3 (the update named
+    real_update) read as the current format through the one upgrader: method 'ebp', the default reading placed
+    after `weights` and the spec's update after it, under its name of today, nothing else changed; upgrade_files
+    rewrites only such files, and the rewritten text differs from the old in exactly those lines."""
     import json
 
     current = _record(tmp_path)
-    dropped = ("mask_reading", "real_update") if old_format == 1 else ("real_update",)
-    old = {k: v for k, v in current.items() if old_format == 2 or k != "method"}
-    old["format"], old["parameters"] = old_format, {k: v for k, v in current["parameters"].items() if k not in dropped}
+    old = _older(current, old_format)
     path, done = tmp_path / "old" / "result.json", tmp_path / "current" / "result.json"
     path.parent.mkdir(), done.parent.mkdir()
     records.write_json(path, old)
     records.write_record(done, current)
     assert records.read_record(path) == current
     names = list(records.read_record(path)["parameters"])
-    assert names[names.index("mask_reading") + 1] == "real_update"
-    assert old_format == 2 or names[names.index("weights") + 1] == "mask_reading"
+    assert names[names.index("mask_reading") + 1] == "update" and "real_update" not in names
+    assert names[names.index("weights") + 1] == "mask_reading"
     before, untouched = path.read_text().splitlines(), done.read_bytes()
     assert records.upgrade_files([path, done], echo=lambda *_: None) == [path]
     assert done.read_bytes() == untouched and json.loads(path.read_text()) == current
     after = path.read_text().splitlines()
     added = [line for line in after if line not in before]
-    expected = [f' "format": {records.RECORD_FORMAT},', '  "real_update": "spec",']
+    expected = [f' "format": {records.RECORD_FORMAT},', '  "update": "spec",']
     expected += [' "method": "ebp",', '  "mask_reading": "absent",'] if old_format == 1 else []
     assert sorted(added) == sorted(expected)
-    assert [line for line in before if line not in after] == [f' "format": {old_format},']
+    removed = [f' "format": {old_format},'] + (['  "real_update": "spec",'] if old_format == 3 else [])
+    assert [line for line in before if line not in after] == removed
 
 
 def test_upgrade_names_a_missing_file_and_rewrites_nothing(tmp_path):
     current = _record(tmp_path)
-    old = {**current, "format": 2, "parameters": {k: v for k, v in current["parameters"].items() if k != "real_update"}}
+    old = _older(current, 2)
     path = tmp_path / "result.json"
     records.write_json(path, old)
     before = path.read_bytes()
@@ -127,17 +137,20 @@ def test_upgrade_names_a_missing_file_and_rewrites_nothing(tmp_path):
     assert path.read_bytes() == before
 
 
-def test_a_backprop_record_of_format_2_reads_as_format_3_unchanged_otherwise():
-    old = {"format": 2, "method": "backprop", "parameters": {"hidden": [800]}}
-    assert records.upgrade_record(old) == {**old, "format": 3}
+@pytest.mark.parametrize("method, old_format", [("backprop", 2), ("backprop", 3), ("successor", 3)])
+def test_a_baseline_record_of_an_older_format_reads_as_the_current_one_unchanged_otherwise(method, old_format):
+    """The baselines' parameters hold no update: only their format number changes (a `real_update` among them
+    would be a name of theirs, and stays)."""
+    old = {"format": old_format, "method": method, "parameters": {"hidden": [800], "real_update": 1}}
+    assert records.upgrade_record(old) == {**old, "format": records.RECORD_FORMAT}
 
 
 @pytest.mark.parametrize("text, message", [
     ("{not json", "not JSON"),
     ("[1, 2]", "not a run record"),
-    ('{"format": 4, "method": "ebp"}', "written by a newer version of the project"),
+    ('{"format": 5, "method": "ebp"}', "written by a newer version of the project"),
     ('{"format": 0, "method": "ebp"}', "format 0 is not a run record format"),
-    ('{"format": 3, "method": "sgd"}', "method 'sgd' is not one of ebp, backprop"),
+    ('{"format": 4, "method": "sgd"}', "method 'sgd' is not one of ebp, backprop"),
 ])
 def test_the_reader_refuses_what_is_not_a_record_naming_the_file(tmp_path, text, message):
     path = tmp_path / "result.json"
@@ -196,7 +209,8 @@ def test_one_record_check_dispatches_on_the_method(tmp_path, monkeypatch):
         for path in paths:
             record = records.read_record(path)
             assert record["method"] == method and records.record_problems(record) == [], path
-            assert json.loads(path.read_text()) == record  # read as written: no upgrade
+            written = json.loads(path.read_text())  # read as written, the format number aside (upgrade_record)
+            assert written["format"] <= records.RECORD_FORMAT and {**written, "format": record["format"]} == record
             best = record["best_epoch"]
             if best is not None:
                 edited = {**record, "final": {**record["final"], "test_error": 0.5}}

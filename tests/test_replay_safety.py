@@ -15,10 +15,12 @@ from reproduction import folder, records, verify
 from reproduction.paper_tables import read_paper_tables
 from reproduction.results import load_results, render_table, table_cells
 
-# The commit that trained the 68 quick records: its experiment notebook predates the real-weight update (real_update)
+# The commit that trained the 68 quick records: its experiment notebook predates the update (real_update, now update)
 QUICK_COMMIT = "fde3d32ff2ecbc52fe1a58cf3daebf4e35d85a0c"
 # The commit that trained paper/binary-200-200: its notebook knew neither the mask reading nor the update
 TABLE_2_COMMIT = "9854cab778a0c42275ee89bcfa78c3538b568425"
+# The commit that trained the paper profile's authors-2015 runs: its notebook names the update real_update
+AUTHORS_2015_COMMIT = "cc590e3ef8d1e98ff899e2f339ec1a8094eafa79"
 
 
 @pytest.fixture(scope="module")
@@ -106,29 +108,46 @@ def _require(commit: str) -> None:
 
 
 def test_a_parameter_the_recorded_commit_did_not_know_fails_the_replay(tmp_path, capsys):
-    """paper/binary-200-200 was trained by a commit whose notebook knew no real_update and ignored names it did not
-    know: a copy relabelled real_update=authors-2015 was replayed 'exact'. Now the replay fails, saying that commit
-    cannot have trained it, and writes no verification."""
+    """paper/binary-200-200 was trained by a commit whose notebook knew no update (under either name) and ignored
+    names it did not know: a copy relabelled update=authors-2015 was replayed 'exact'. Now the replay fails, saying
+    that commit cannot have trained it, and writes no verification."""
     _require(TABLE_2_COMMIT)
     source = records.REPO / "outputs" / "runs" / "paper" / "binary-200-200"
     record = records.read_record(source / folder.RESULT_FILE)
     assert {s["git_commit"] for s in record["sessions"]} == {TABLE_2_COMMIT}
-    relabelled = {**record, "parameters": {**record["parameters"], "real_update": "authors-2015"}}
+    relabelled = {**record, "parameters": {**record["parameters"], "update": "authors-2015"}}
     run_dir = tmp_path / "paper" / "binary-200-200-authors-2015"
     _write(run_dir, relabelled)
     assert verify.main([str(run_dir)]) == 1
-    assert ("has no parameter 'real_update', so it cannot have trained real_update='authors-2015'"
+    assert ("has no parameter 'update', so it cannot have trained update='authors-2015'"
             in capsys.readouterr().out)
     assert not (run_dir / folder.VERIFICATION_FILE).exists()
 
 
 def test_a_record_older_than_a_parameter_is_replayed_without_it():
     """The 68 quick records could not be replayed (ParameterError: real_update: unknown parameter): their commit is
-    given only the parameters it knew, real_update (at the default its code hard-wired) dropped."""
+    given only the parameters it knew, the update (at the default its code hard-wired) dropped, under neither
+    name."""
     _require(QUICK_COMMIT)
     planned = verify.plan(records.REPO / "outputs" / "runs" / "quick" / "binary-200")
-    assert planned["commit"] == QUICK_COMMIT and planned["dropped"] == ["real_update"]
-    assert "real_update" not in planned["parameters"] and planned["parameters"]["n_train"] == 8000
+    assert planned["commit"] == QUICK_COMMIT and planned["dropped"] == ["update"]
+    assert not {"update", "real_update"} & set(planned["parameters"]) and planned["parameters"]["n_train"] == 8000
+
+
+def test_a_commit_before_a_parameters_rename_is_given_it_under_the_name_it_knew():
+    """paper/binary-200-authors-2015 was trained by commit cc590e3, whose notebook assigns real_update: its replay
+    gives it real_update='authors-2015', and no `update` (a name that notebook would refuse as unknown). A commit
+    whose notebook knows `update` (this checkout's) is given that name."""
+    _require(AUTHORS_2015_COMMIT)
+    planned = verify.plan(records.REPO / "outputs" / "runs" / "paper" / "binary-200-authors-2015")
+    assert planned["commit"] == AUTHORS_2015_COMMIT and planned["dropped"] == []
+    assert planned["parameters"]["real_update"] == "authors-2015" and "update" not in planned["parameters"]
+    record = planned["record"]
+    assert record["parameters"]["update"] == "authors-2015" and "real_update" not in record["parameters"]
+    today = verify.notebook_parameter_names(records.REPO / verify.NOTEBOOK)
+    assert "update" in today and "real_update" not in today
+    params, dropped = verify.replay_parameters(record, today, 1, "out")
+    assert params["update"] == "authors-2015" and "real_update" not in params and dropped == []
 
 
 def test_a_replay_that_never_returns_is_stopped_at_its_timeout():

@@ -329,7 +329,7 @@ def test_the_command_line_refuses_a_bad_configuration_before_any_job(tmp_path):
     rows = select_rows(read_paper_tables(), tables=[4], weights=["binary"])
     with pytest.raises(ParameterError, match="mask_reading='partial': choose 'absent'"):
         make_jobs(rows, Selection(TINY, "sampled", runs_dir=tmp_path / "runs", mask_reading="partial"))
-    with pytest.raises(ParameterError, match="real_update='authors-1999': choose one of"):
+    with pytest.raises(ParameterError, match="update='authors-1999': choose one of"):
         make_jobs(rows, Selection(TINY, "sampled", runs_dir=tmp_path / "runs", update="authors-1999"))
     assert not (tmp_path / "runs").exists()
     job = tiny_job(tmp_path / "runs")
