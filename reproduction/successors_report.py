@@ -18,13 +18,16 @@ from pathlib import Path
 
 from scipy import stats
 
+import ebp_data
 from ebp_lib import DEFAULT_UPDATE
 from reproduction import band, paired, records
 from reproduction import successors as sc
+from reproduction.folder import results_folder
 from reproduction.results import DATASET_NAMES
 from successors import registry
 
-EBP_PROFILES = {"mnist": "paper", "fashion-mnist": "paper-fashion-mnist"}
+# Each data set's EBP runs at the paper's protocol: the paper profile's folder for it (folder.results_folder)
+EBP_PROFILES = {dataset: results_folder("paper", dataset) for dataset in ebp_data.DATASETS}
 NETS = ("800", "800-800")
 METHOD_LABELS = {**{m: registry.METHODS[m].label for m in registry.SUCCESSORS}, "ebp": "EBP (B-EBP-D / -P)",
                  "ebp-dropout": "EBP, dropout 0.8 (B-EBP-D / -P)", "ebp-tuned": "EBP tuned (D / P)",
@@ -696,7 +699,6 @@ def paired_intervals(root, profile: str, data_dir=None, n_boot: int = 1000, resu
     the interval over seeds and test images beside the Welch interval, from the runs' per-image predictions
     (reproduction.paired.pair_rows; paired.table prints them). results: the records (load_successors of root and
     profile where None); n_boot 0 leaves the bootstrap out (a verdict needs the images-and-seeds interval only)."""
-    import ebp_data
     groups = paired.run_predictions(load_successors(root, profile) if results is None else results, root)
     labels = {dataset: ebp_data.load_raw(dataset, data_dir)["test_labels"] for dataset, _ in groups}
     return paired.pair_rows(groups, labels, n_boot)
