@@ -16,10 +16,6 @@ load_cnn reads it back. ebp_binary_format's rules, for convolutional layers:
 """
 from __future__ import annotations
 
-import json
-import os
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +24,7 @@ import ebp_binary_format as ebf
 import ebp_conv
 from ebp_binary import PackedLayer, n_words
 from ebp_binary_conv import PackedCNN
-from ebp_checkpoint import array_headers, loads_bounded
+from ebp_checkpoint import loads_bounded
 
 FORMAT_NAME = "ebp-binary-conv-packed"
 FORMAT_VERSION = 1
@@ -49,35 +45,13 @@ def save_cnn(path, packed: PackedCNN) -> None:
                           "connected": layer.connected is not None,
                           "conv": None if g is None else [getattr(g, name) for name in GEOMETRY]}
                          for layer, g in zip(packed.layers, packed.convs)]}
-    arrays = {"header": np.array(json.dumps(header))}
-    for k, layer in enumerate(packed.layers):
-        arrays[f"signs{k}"], arrays[f"b{k}"] = layer.signs, layer.b
-        if layer.connected is not None:
-            arrays[f"connected{k}"] = layer.connected
-    tmp = path.with_name(path.name + ".tmp.npz")
-    try:
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    except OSError as err:  # a full disk: the previous file stays as it was, no temporary is left behind
-        tmp.unlink(missing_ok=True)
-        raise OSError(err.errno, f"could not write {path}: {err.strerror or err}") from err
+    ebf.write_layers(path, header, packed.layers)
 
 
 def load_cnn(path) -> PackedCNN:
     """Read a packed CNN written by save_cnn; CNNFormatError naming the file and the fault for anything else
     (module docstring), every check made before an array's data is read."""
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            try:
-                headers = array_headers(f)
-            except ValueError as e:
-                raise CNNFormatError(f"{path}: {e}") from None
-            return _load(path, f, headers)
-    except (FileNotFoundError, ebf.PackedFormatError):
-        raise
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as e:
-        raise CNNFormatError(f"{path}: cannot be read as an .npz archive ({type(e).__name__}: {e}); the file is "
-                             f"truncated or damaged, or was not written by ebp_binary_conv_format.save_cnn") from None
+    return ebf.read_npz(path, _load, CNNFormatError, "ebp_binary_conv_format.save_cnn")
 
 
 def _header(path, f, headers: dict) -> dict:

@@ -59,8 +59,14 @@ def save_packed(path, packed: PackedNetwork) -> None:
                           "connected": layer.connected is not None,
                           **({"local": list(layer.local)} if layer.local is not None else {})}
                          for layer in packed.layers]}
+    write_layers(path, header, packed.layers)
+
+
+def write_layers(path: Path, header: dict, layers) -> None:
+    """The JSON `header` and each layer's signs{k}, b{k} (connected{k} where it has a mask plane) as one .npz,
+    written atomically: a failed save leaves the previous file as it was and no temporary behind."""
     arrays = {"header": np.array(json.dumps(header))}
-    for k, layer in enumerate(packed.layers):
+    for k, layer in enumerate(layers):
         arrays[f"signs{k}"], arrays[f"b{k}"] = layer.signs, layer.b
         if layer.connected is not None:
             arrays[f"connected{k}"] = layer.connected
@@ -157,18 +163,25 @@ def load_packed(path) -> PackedNetwork:
     an ebp_lib checkpoint. The header is read and checked first, then every array's declared dtype and shape (from
     its .npy header) against what the header implies, and only then the arrays' data: a small crafted file never
     makes it allocate more than it holds."""
+    return read_npz(path, _load_packed, PackedFormatError, "ebp_binary_format.save_packed")
+
+
+def read_npz(path, load, error: type[PackedFormatError], writer: str):
+    """load(path, f, headers) of the .npz at path, with its arrays' declared headers (ebp_checkpoint.array_headers)
+    read first; `error` (naming the file and `writer`, the function that writes such files) for an archive that
+    cannot be read: truncated, damaged or not an .npz."""
     try:
         with np.load(path, allow_pickle=False) as f:
             try:
                 headers = array_headers(f)
             except ValueError as e:
-                raise PackedFormatError(f"{path}: {e}") from None
-            return _load_packed(path, f, headers)
+                raise error(f"{path}: {e}") from None
+            return load(path, f, headers)
     except (FileNotFoundError, PackedFormatError):
         raise
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as e:
-        raise PackedFormatError(f"{path}: cannot be read as an .npz archive ({type(e).__name__}: {e}); the file is "
-                                f"truncated or damaged, or was not written by ebp_binary_format.save_packed") from None
+        raise error(f"{path}: cannot be read as an .npz archive ({type(e).__name__}: {e}); the file is "
+                    f"truncated or damaged, or was not written by {writer}") from None
 
 
 def _load_packed(path, f, headers: dict) -> PackedNetwork:
