@@ -16,6 +16,7 @@ import ebp_checkpoint
 from reproduction import folder, parameters, records, runner, tuned
 from reproduction import successors as sc
 from reproduction import successors_report as report
+from reproduction.job import Job
 from reproduction.paper_tables import read_paper_tables
 from reproduction.results import completeness, load_results, table_cells
 
@@ -191,8 +192,7 @@ def test_a_newer_format_ebp_checkpoint_is_left_alone_not_moved_aside_as_corrupt(
     ebp_checkpoint.write_checkpoint(run_dir / folder.CHECKPOINT_FILE, {"h0": np.zeros((784, 200))},
                                     {"format": ebp_checkpoint.NETWORK_FORMAT + 1, "config": {}})
     config = parameters.RunConfig.of({**record["parameters"], "output_dir": str(run_dir)})
-    job = {"key": "binary-200", "output_dir": str(run_dir), "config": config, "rows": [],
-           "notebook": "experiment.ipynb"}
+    job = Job("binary-200", "paper", config, notebook="experiment.ipynb")
     state = folder.job_state(job)
     assert state.state == "newer" and "newer version of the project" in state.problems[0]
     before = sorted(p.name for p in run_dir.iterdir())
