@@ -163,14 +163,18 @@ def verdict(results) -> str:
 
 
 def headline(results) -> str:
-    """The front page's sentences on EBP for CNNs, in sentences of at most about 30 words: each finished CNN group's
-    EBP-P and EBP-D, each beside the best dense net of the same weights and data set (paired by seed); what is
-    still running where no group is finished."""
-    finished = [g for g in cnn_groups(results) if g.finished]
+    """The front page's sentences on EBP for CNNs, in sentences of at most about 30 words: per data set, the finished
+    binary CNN group of the lowest EBP-P error, its EBP-P and EBP-D each beside the best dense net of the same data
+    set (paired by seed); what is still running where no group is finished. The front page has room for the
+    paper's subject, binary weights, and one net per data set: the rest is in notebook 11's §8 (verdict)."""
+    finished = [g for g in cnn_groups(results) if g.finished and g.key[1] == "binary"]
     if not finished:
         return "**Beyond the paper.** " + verdict(results)
-    sentences = []
+    by_dataset: dict = {}
     for g in finished:
+        by_dataset.setdefault(g.key[0], []).append(g)
+    sentences = []
+    for g in (best(groups, "test_ebp_p") for _, groups in sorted(by_dataset.items())):
         dataset, weights, architecture = g.key[:3]
         name = catalogue.catalogue_name(architecture)
         net = f"{name} ({architecture})" if name else architecture

@@ -119,3 +119,19 @@ def test_the_best_comparator_is_chosen_among_the_nets_of_most_seeds(tmp_path):
         cnn_run(tmp_path, seed, [0.05, 0.030 + 0.001 * seed])
     text = conv_report.headline(results.load_results(tmp_path))
     assert "That is 1.10 ± 0.10 points above the best dense net's, [800] after 120 epochs, paired by seed." in text
+
+
+def test_the_front_page_speaks_of_one_binary_cnn_per_data_set(tmp_path):
+    """A finished real-weight CNN, and a binary CNN worse than another on its data set, are left to notebook 11 (the
+    verdict): the front page has room for the paper's subject, one net per data set."""
+    write_paper_runs(tmp_path)
+    cnn_run(tmp_path, 0, [0.05, 0.030])
+    lenet = {"architecture": "c5x6s2-c5x16s2-100", "weights": "binary"}
+    write_result(tmp_path, "binary-c5x6s2-c5x16s2-100", fake_result(lenet, 2, None, "named-e30", 0.04, curve=[0.05, 0.04]))
+    real = {"architecture": "c5x16s2-c5x32s2", "weights": "real"}
+    write_result(tmp_path, "real-c5x16s2-c5x32s2", fake_result(real, 2, None, "named-e30", 0.02, curve=[0.03, 0.02]))
+    loaded = results.load_results(tmp_path)
+    text = conv_report.headline(loaded)
+    assert "binary wide" in text and "real wide" not in text and "lenet" not in text
+    assert "EBP trains binary c5x6s2-c5x16s2-100 (lenet)" in conv_report.verdict(loaded)
+    assert "EBP trains real c5x16s2-c5x32s2" in conv_report.verdict(loaded)
