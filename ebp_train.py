@@ -150,22 +150,30 @@ def check_finite_images(x: np.ndarray) -> None:
                          f"x = x[np.isfinite(x).all(axis=1)] with the same rows of the labels")
 
 
-def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000,
-             engine: str = DEFAULT_ENGINE) -> dict[str, float]:
-    """Test errors (fractions of x whose argmax output is not the label) of EBP-P and EBP-D, `batch` images at
-    a time; engine="fast": the same outputs in float32 (they differ only on near-ties between two classes)."""
+def predict(net: Network, x: np.ndarray, batch: int = 2000,
+            engine: str = DEFAULT_ENGINE) -> tuple[np.ndarray, np.ndarray]:
+    """The class each output predicts for every image of x, (EBP-P, EBP-D): the argmax of ν_L and of the
+    deterministic net's W_L v_{L-1} + b_L (docs/maths.md §Outputs), `batch` images at a time; engine="fast": the
+    same outputs in float32 (they differ only on near-ties between two classes)."""
     chosen = resolve_engine(engine)
     check_engine_layers(net, engine)
     if len(x) == 0:
         raise ValueError("no images to evaluate: an error rate needs at least one image and its label")
     check_finite_images(x)
-    wrong = np.zeros(2, dtype=np.int64)
+    ebp_p, ebp_d = [], []
     with chosen.outputs(net) as outputs:  # x ↦ (EBP-P, EBP-D)
         for start in range(0, len(x), batch):
-            ebp_p, ebp_d = outputs(x[start:start + batch])
-            wrong += [np.sum(ebp_p.argmax(axis=1) != labels[start:start + batch]),
-                      np.sum(ebp_d.argmax(axis=1) != labels[start:start + batch])]
-    return {"ebp_p": int(wrong[0]) / len(x), "ebp_d": int(wrong[1]) / len(x)}
+            p, d = outputs(x[start:start + batch])
+            ebp_p.append(p.argmax(axis=1))
+            ebp_d.append(d.argmax(axis=1))
+    return np.concatenate(ebp_p), np.concatenate(ebp_d)
+
+
+def evaluate(net: Network, x: np.ndarray, labels: np.ndarray, batch: int = 2000,
+             engine: str = DEFAULT_ENGINE) -> dict[str, float]:
+    """Test errors of EBP-P and EBP-D: the fractions of x whose predicted class (predict) is not the label."""
+    ebp_p, ebp_d = predict(net, x, batch, engine)
+    return {"ebp_p": int(np.sum(ebp_p != labels)) / len(x), "ebp_d": int(np.sum(ebp_d != labels)) / len(x)}
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from reproduction.records import (
 from reproduction.run_files import (  # noqa: F401  (EBP's callers read the folder's lock and files from here)
     CHECKPOINT_FILE,
     LOCK_FILE,
+    PREDICTIONS_FILE,
     RESULT_FILE,
     RunBusyError,
     UnsafeLockError,
@@ -67,6 +68,7 @@ from reproduction.run_files import (  # noqa: F401  (EBP's callers read the fold
     move_aside,
     open_output_dir,
     read_result,
+    save_predictions,
 )
 
 RUNS_DIR = REPO / "outputs" / "runs"

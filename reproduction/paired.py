@@ -228,17 +228,17 @@ def run_predictions(results: list[dict], root) -> dict:
     """{(dataset, net): {side label: {"seeds": [...], "predictions": seeds × images uint8}}} from the
     predictions.npz beside every record of `results` (finished successor-harness records, e.g.
     successors_report.load_successors) under `root`; a run without one is left out of its side (named)."""
+    from reproduction import run_files
     from reproduction import successors as sc
-    from successors import evaluate
     found: dict = {}
     missing = []
     for record in sorted(results, key=lambda r: r["parameters"]["seed"]):
         p = record["parameters"]
-        path = sc.run_dir(p, root) / sc.PREDICTIONS_FILE
+        path = sc.run_dir(p, root) / run_files.PREDICTIONS_FILE
         if not path.exists():
             missing.append(str(path))
             continue
-        for output, predicted in evaluate.load_predictions(path).items():
+        for output, predicted in run_files.load_predictions(path).items():
             if output not in OUTPUT_LABELS:
                 continue
             side = found.setdefault((p["dataset"], p["architecture"]), {}).setdefault(

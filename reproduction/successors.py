@@ -36,7 +36,7 @@ seconds, each as wall time and as the process's CPU time (core-seconds: with one
 take, whatever else the machine runs), and the epochs to reach TARGET_ERROR (test error, the quantity EBP's records hold per epoch).
 
 Every finished run keeps its outputs' predicted class per test image (PREDICTIONS_FILE, uint8, no pickle:
-successors.evaluate.save_predictions), what a paired analysis over images and seeds needs (reproduction.paired).
+run_files.save_predictions), what a paired analysis over images and seeds needs (reproduction.paired).
 
 Runs are resumable: the grid per point (in result.json), training per epoch from checkpoint.npz (ebp_checkpoint:
 arrays and one JSON metadata text; array headers checked against the run before any data is read; no pickle).
@@ -55,12 +55,18 @@ import numpy as np
 import ebp_checkpoint
 import ebp_data
 from reproduction import records, tuned
-from reproduction.run_files import RunBusyError, UnsafeLockError, open_output_dir, read_result
+from reproduction.run_files import (
+    PREDICTIONS_FILE,
+    RunBusyError,
+    UnsafeLockError,
+    open_output_dir,
+    read_result,
+    save_predictions,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT_DIR = REPO / "outputs" / "successors"
 RESULT_FILE, CHECKPOINT_FILE, NET_FILE = tuned.RESULT_FILE, tuned.CHECKPOINT_FILE, "binary_net.npz"
-PREDICTIONS_FILE = "predictions.npz"  # per-image test predictions, uint8 (successors.evaluate.save_predictions)
 DATASETS = tuned.DATASETS
 ARCHITECTURES = ("800", "800-800")  # the paper's nets [784, 800, 10] and [784, 800, 800, 10]; others accepted
 FULL_TRAIN, TRAIN_ERROR_IMAGES = tuned.FULL_TRAIN, tuned.TRAIN_ERROR_IMAGES
@@ -399,14 +405,13 @@ def evaluate_best(trainer: Trainer, best, data: dict, history: list[dict], best_
     """The best epoch's outputs on the test images (the trainer's evaluate_outputs, EBP's, or successor_outputs):
     its deployed net through packed inference (0 mismatches expected) and the quality of its probabilistic outputs;
     times and epochs to TARGET_ERROR. Writes the packed net to folder/NET_FILE and every output's per-image
-    predicted classes to folder/PREDICTIONS_FILE (successors.evaluate.save_predictions)."""
-    from successors import evaluate
+    predicted classes to folder/PREDICTIONS_FILE (run_files.save_predictions)."""
     params = trainer.params
     x, y = data["x_test"], data["y_test"]
     outputs = getattr(trainer, "evaluate_outputs", functools.partial(successor_outputs, trainer))
     packed, probabilistic, predictions = outputs(best, x, y, folder / NET_FILE)
     net_sha256 = hashlib.sha256((folder / NET_FILE).read_bytes()).hexdigest()  # the report checks the file by it
-    evaluate.save_predictions(folder / PREDICTIONS_FILE, predictions)
+    save_predictions(folder / PREDICTIONS_FILE, predictions)
     seconds = [h["train_seconds"] for h in history]
     cpu_seconds = [h.get("cpu_seconds") for h in history]
     target = TARGET_ERROR[params["dataset"]]

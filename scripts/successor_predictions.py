@@ -7,7 +7,7 @@ images preprocessed as the run chose (its grid's choice, statistics from its 50,
 successors.load_split), its packed net (ebp_binary_format.load_packed) predicts every test image (ebp_binary.predict,
 engine "auto", as its evaluation did), the error is checked against the record's (evaluation.packed.error: the
 same images must be wrong, so the counts agree exactly), and the predicted classes are written as
-predictions.npz {"deployed": uint8 per image} (successors.evaluate.save_predictions; about 5 kB a run).
+predictions.npz {"deployed": uint8 per image} (run_files.save_predictions; about 5 kB a run).
 BayesBiNN's predictive cannot be recomputed: λ was deleted with the checkpoint; its new runs keep it.
 
   python scripts/successor_predictions.py                  # every committed tuned run
@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from reproduction import records
+from reproduction import records, run_files
 from reproduction import successors as sc
 
 
@@ -28,7 +28,6 @@ def recompute(folder: Path, record: dict, data_for, echo=print) -> bool:
     `echo`) where the record's error is not reproduced, and nothing is written then."""
     import ebp_binary as eb
     import ebp_binary_format
-    from successors import evaluate
     params = record["parameters"]
     data = data_for(params, record["grid"]["chosen"]["preprocessing"])
     packed = ebp_binary_format.load_packed(folder / sc.NET_FILE)
@@ -38,8 +37,8 @@ def recompute(folder: Path, record: dict, data_for, echo=print) -> bool:
     if wrong != recorded:
         echo(f"{folder}: {wrong} test images wrong, the record says {recorded}; nothing written")
         return False
-    evaluate.save_predictions(folder / sc.PREDICTIONS_FILE, {"deployed": predicted})
-    echo(f"{folder}: {wrong} wrong, as recorded; {sc.PREDICTIONS_FILE} written")
+    run_files.save_predictions(folder / run_files.PREDICTIONS_FILE, {"deployed": predicted})
+    echo(f"{folder}: {wrong} wrong, as recorded; {run_files.PREDICTIONS_FILE} written")
     return True
 
 
@@ -65,7 +64,7 @@ def main(argv=None) -> int:
     data_for, failed = cached_split(), 0
     for path in sorted(Path(args.out, args.profile).glob("*/*/result.json")):
         folder = path.parent
-        if (folder / sc.PREDICTIONS_FILE).exists():
+        if (folder / run_files.PREDICTIONS_FILE).exists():
             continue
         record = records.read_record(path)
         if not record["finished"] or not (folder / sc.NET_FILE).exists():

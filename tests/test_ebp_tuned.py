@@ -10,9 +10,9 @@ from helpers import assert_resumes_to_the_same_record
 from scipy import stats
 
 import ebp_lib
-from reproduction import backprop, records
+from reproduction import backprop, records, run_files
 from reproduction import successors as sc
-from successors import ebp, evaluate
+from successors import ebp
 
 
 def test_ebp_tuned_defaults_are_the_successors_protocol_with_eBPs_batch_and_grid():
@@ -105,7 +105,7 @@ def test_an_interrupted_ebp_run_resumes_to_the_same_record_and_keeps_its_predict
     assert abs(evaluation["outputs"]["predictive"]["test_error"] - best["test_error_ebp_p"]) <= 2e-4
     assert {"nll", "ece", "reliability"} <= set(evaluation["outputs"]["predictive"])
     assert whole["versions"].keys() >= {"numpy", "scipy", "numba"}
-    predictions = evaluate.load_predictions(tmp_path / "whole" / sc.PREDICTIONS_FILE, 10000)
+    predictions = run_files.load_predictions(tmp_path / "whole" / run_files.PREDICTIONS_FILE, 10000)
     labels = sc.load_split(params, "unit", real_data_dir)["y_test"]
     assert np.mean(predictions["deployed"] != labels) == evaluation["packed"]["error"]
     assert np.mean(predictions["predictive"] != labels) == evaluation["outputs"]["predictive"]["test_error"]
@@ -114,21 +114,21 @@ def test_an_interrupted_ebp_run_resumes_to_the_same_record_and_keeps_its_predict
 
 def test_predictions_files_hold_uint8_classes_and_refuse_anything_else(tmp_path):
     path = tmp_path / "p.npz"
-    evaluate.save_predictions(path, {"deployed": np.arange(20) % 10, "predictive": np.zeros(20, int)})
-    loaded = evaluate.load_predictions(path, 20)
+    run_files.save_predictions(path, {"deployed": np.arange(20) % 10, "predictive": np.zeros(20, int)})
+    loaded = run_files.load_predictions(path, 20)
     assert loaded["deployed"].dtype == np.uint8 and list(loaded["deployed"][:12]) == [*range(10), 0, 1]
-    with pytest.raises(evaluate.PredictionsError, match="not uint8 classes"):
-        evaluate.load_predictions(path, 10000)
+    with pytest.raises(run_files.PredictionsError, match="not uint8 classes"):
+        run_files.load_predictions(path, 10000)
     for bad in ({"deployed": np.array([0, 10])}, {"deployed": np.array([0.5, 1.0])},
                 {"a": np.zeros(3, int), "b": np.zeros(4, int)}):
         with pytest.raises(ValueError):
-            evaluate.save_predictions(tmp_path / "bad.npz", bad)
+            run_files.save_predictions(tmp_path / "bad.npz", bad)
     np.savez(tmp_path / "pickled.npz", deployed=np.array([object()]))
-    with pytest.raises(evaluate.PredictionsError, match="not a predictions file"):
-        evaluate.load_predictions(tmp_path / "pickled.npz")
+    with pytest.raises(run_files.PredictionsError, match="not a predictions file"):
+        run_files.load_predictions(tmp_path / "pickled.npz")
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
-    with pytest.raises(evaluate.PredictionsError):
-        evaluate.load_predictions(tmp_path / "junk.npz")
+    with pytest.raises(run_files.PredictionsError):
+        run_files.load_predictions(tmp_path / "junk.npz")
 
 
 def test_the_committed_successor_predictions_reproduce_their_recorded_errors(real_data_dir):
@@ -141,7 +141,7 @@ def test_the_committed_successor_predictions_reproduce_their_recorded_errors(rea
         dataset = record["parameters"]["dataset"]
         if dataset not in labels:
             labels[dataset] = sc.load_split(record["parameters"], "unit", real_data_dir)["y_test"]
-        predicted = evaluate.load_predictions(path.parent / sc.PREDICTIONS_FILE, 10000)["deployed"]
+        predicted = run_files.load_predictions(path.parent / run_files.PREDICTIONS_FILE, 10000)["deployed"]
         assert np.mean(predicted != labels[dataset]) == pytest.approx(record["evaluation"]["packed"]["error"],
                                                                         abs=1e-9), path
 

@@ -13,13 +13,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import ROOT, TINY, fake_notebook, fake_result
 
 import ebp_data
 import ebp_lib
 import ebp_train
-from reproduction import folder, paper_tables, parameters, results, runner
+from reproduction import folder, paper_tables, parameters, results, run_files, runner
 
 # The kill test's run must outlive the ~2 s an orphaned worker and kernel may keep training after the runner is
 # killed (each polls its parent once a second); a tiny epoch takes a fraction of a second on an idle machine.
@@ -92,6 +93,11 @@ def test_killed_runner_resumes_bit_identically_then_skips_and_reports_failures(t
     assert [s["from_epoch"] for s in result["sessions"]] == [0, done]  # resumed: finished epochs not redone
     assert result["finished"] and result["protocol"] == "shortened" and result["git_commit"] is not None
     assert not (out / folder.CHECKPOINT_FILE).exists() and (out / folder.CURVE_FILE).exists()
+    # the predicted class of every test image, per output, counts the recorded final errors
+    labels = ebp_data.load_dataset("mnist", n_train=TINY["n_train"]).labels_test
+    predicted = run_files.load_predictions(out / folder.PREDICTIONS_FILE, len(labels))
+    assert {k: np.mean(p != labels) for k, p in predicted.items()} == {
+        "predictive": result["final"]["test_ebp_p"], "deployed": result["final"]["test_ebp_d"]}
 
     assert failed["status"] == "failed" and failed["error"].startswith("CheckpointMismatchError"), failed
     assert f"engine: checkpoint {other_engine!r}, this run {ebp_train.DEFAULT_ENGINE!r}" in failed["error"], failed

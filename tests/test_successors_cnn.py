@@ -14,7 +14,7 @@ import ebp_binary_conv_format as ecf
 import ebp_binary_format
 import ebp_conv
 from ebp_binary import PackedLayer, pack_bits
-from reproduction import records
+from reproduction import records, run_files
 from reproduction import successors as sc
 from successors import bayesbinn, bop, cnn, evaluate, mlp, ste
 from successors import cnn_evaluate as ce
@@ -198,7 +198,7 @@ def test_a_smoke_run_on_a_tiny_cnn_writes_a_record_that_passes_its_checks(real_d
     assert evaluation["packed"]["mismatches"] == 0 and set(evaluation["outputs"]) == {"deployed"}
     assert sc.net_problems(record, tmp_path) == []
     assert sc.rescore(record, tmp_path, real_data_dir) == pytest.approx(evaluation["packed"]["error"], abs=1e-12)
-    predictions = evaluate.load_predictions(tmp_path / sc.PREDICTIONS_FILE, 10000)
+    predictions = run_files.load_predictions(tmp_path / run_files.PREDICTIONS_FILE, 10000)
     assert set(predictions) == {"deployed"}
     assert np.mean(predictions["deployed"] != sc.load_split(params, "unit", real_data_dir)["y_test"]) == \
         pytest.approx(evaluation["packed"]["error"], abs=1e-12)
@@ -210,6 +210,6 @@ def test_an_interrupted_bayesbinn_cnn_run_resumes_to_the_same_record(real_data_d
     assert whole["finished"] and records.record_problems(whole) == []
     assert whole["evaluation"]["packed"]["mismatches"] == 0
     assert set(whole["evaluation"]["outputs"]) == {"deployed", "predictive", "mean"}
-    assert set(evaluate.load_predictions(tmp_path / "whole" / sc.PREDICTIONS_FILE)) == {"deployed", "predictive",
+    assert set(run_files.load_predictions(tmp_path / "whole" / run_files.PREDICTIONS_FILE)) == {"deployed", "predictive",
                                                                                           "mean"}
     assert_resumes_to_the_same_record(sc, params, whole, tmp_path / "part", real_data_dir)
