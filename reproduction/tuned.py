@@ -387,7 +387,8 @@ def command(args, select_jobs, run, run_state, name_width: int) -> int:
 def run_jobs(jobs, run, run_state, allow_dirty: bool, data_dir=None) -> int:
     """The scripts' loop: refuse a dirty tree unless `allow_dirty` (exit status 2), then run every (params, folder)
     of `jobs` with `run`, a run's fault (ValueError, FloatingPointError) reported and the rest run; 1 if any failed,
-    else 0."""
+    else 0. Code changed under the batch stops it (exit status 2): the runs before stand, the rest would not be the
+    code of their commit."""
     try:
         records.code_state(allow_dirty)
     except records.DirtyTreeError as err:
@@ -397,6 +398,10 @@ def run_jobs(jobs, run, run_state, allow_dirty: bool, data_dir=None) -> int:
     for params, folder in jobs:
         try:
             run(params, folder, data_dir=data_dir, allow_dirty=allow_dirty)
+        except records.DirtyTreeError as err:
+            print(f"error: {err}. Stopped before {params['dataset']} {folder.name}; the runs before it are kept",
+                  file=sys.stderr)
+            return 2
         except (ValueError, FloatingPointError) as err:  # one run's fault: report it, go on with the rest
             print(f"error: {err}", file=sys.stderr)
             failed += 1

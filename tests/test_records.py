@@ -319,3 +319,21 @@ def test_run_tables_refuses_a_quoted_profile_from_dirty_code_and_passes_the_flag
     assert all(job.environment[records.ALLOW_DIRTY_VAR] == "1" for job in batches[-1])
     assert script.main(base + ["--profile", "quick"]) == 0
     assert all(records.ALLOW_DIRTY_VAR not in job.environment for job in batches[-1])
+
+
+def test_a_batch_stops_at_code_changed_under_it_and_keeps_the_runs_before(tmp_path, capsys):
+    """tuned.run_jobs: the first run finishes, the second finds the tree changed (DirtyTreeError): the batch stops
+    with exit status 2 naming the run it stopped before, and the third never starts."""
+    from reproduction import tuned
+    started = []
+
+    def run(params, folder, data_dir=None, allow_dirty=False):
+        started.append(folder.name)
+        if folder.name == "b":
+            raise records.DirtyTreeError("the code differs from commit abc (ebp_lib.py)")
+
+    jobs = [({"dataset": "mnist"}, tmp_path / name) for name in "abc"]
+    assert tuned.run_jobs(jobs, run, lambda folder, params: "finished", allow_dirty=True) == 2
+    assert started == ["a", "b"]
+    out, err = capsys.readouterr()
+    assert "mnist a: finished" in out and "ebp_lib.py" in err and "Stopped before mnist b" in err
