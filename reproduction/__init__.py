@@ -22,6 +22,7 @@ backprop_mlp      its network: a tanh multilayer perceptron
 comparison        EBP against the backprop baseline, from the records
 successors        EBP's successors (package successors) and EBP itself run by the tuned harness
 successors_report the comparison of EBP with its successors, from the records
+successors_plots  its figures: error against training cost, reliability diagrams
 sensitivity       whether the successors' protocol cut a method short: reruns under a longer one, verdicts recomputed
 conv_report       the convolutional EBP runs beside the dense and locally connected nets, from the records
 paired            differences between two methods over seeds and test images (beside Welch's, on this test set)

@@ -154,7 +154,7 @@ def _groups(rows: list[dict], dataset: str):
                 yield method, net, group
 
 
-def _net(net: str) -> str:
+def net_label(net: str) -> str:
     return f"[{net.replace('-', ', ')}]"
 
 
@@ -163,7 +163,7 @@ def _method_table(rows: list[dict], dataset: str, columns) -> str:
     cell of a group of runs sorted by seed). A few columns per table: each fits the book's text column."""
     lines = ["| method | net | " + " | ".join(head for head, _ in columns) + " |", "|" + "---|" * (2 + len(columns))]
     for method, net, group in _groups(rows, dataset):
-        lines.append(f"| {METHOD_LABELS[method]} | {_net(net)} | " + " | ".join(cell(group) for _, cell in columns)
+        lines.append(f"| {METHOD_LABELS[method]} | {net_label(net)} | " + " | ".join(cell(group) for _, cell in columns)
                      + " |")
     return "\n".join(lines)
 
@@ -200,7 +200,7 @@ def cost_unit(group: list[dict]) -> str:
     return "core-s" if all(r["cpu_s_to_best"] is not None for r in group) else "wall s"
 
 
-def _cost(row: dict, unit: str, what: str):
+def run_cost(row: dict, unit: str, what: str):
     return row[f"cpu_s_{what}"] if unit == "core-s" else row[f"s_{what}"]
 
 
@@ -209,7 +209,7 @@ def cost_table(rows: list[dict], dataset: str) -> str:
     and to the best epoch (grid excluded), in the group's one cost_unit, the best epoch and the first epoch at or
     below the target test error per seed (runs_table: the machines)."""
     def seconds(what: str, digits: int):
-        return lambda group: _mean_sd((_cost(r, cost_unit(group), what) for r in group), digits)
+        return lambda group: _mean_sd((run_cost(r, cost_unit(group), what) for r in group), digits)
     return _method_table(rows, dataset, [
         ("seeds", lambda group: _ints(r["seed"] for r in group)), ("s / epoch", seconds("per_epoch", 1)),
         ("s to best", seconds("to_best", 0)), ("unit", cost_unit),
@@ -230,7 +230,7 @@ def choices_table(rows: list[dict]) -> str:
     for r in sorted((r for r in rows if r["method"] in TUNED_EBP),
                     key=lambda r: (list(EBP_PROFILES).index(r["dataset"]), r["net"], r["method"], r["seed"])):
         chosen = r["chosen"]
-        lines.append(f"| {r['dataset']} | {_net(r['net'])} | {r['method']} | {r['seed']} | {chosen['preprocessing']} | "
+        lines.append(f"| {r['dataset']} | {net_label(r['net'])} | {r['method']} | {r['seed']} | {chosen['preprocessing']} | "
                      f"{chosen['init_scale']:g} | {r['best_epoch']} | {r['epochs_done']} |")
     return "\n".join(lines) if len(lines) > 2 else "EBP tuned like the successors: not yet run."
 
@@ -294,12 +294,12 @@ def differences(rows: list[dict], dataset: str) -> list[str]:
                 what = (f"{METHOD_LABELS[method]}{' predictive' if output == 'predictive' else ''} − "
                         f"{EBP_OUTPUT_LABELS[output]}{' with dropout' if ebp_method == 'ebp-dropout' else ''}")
                 if found is None:
-                    lines.append(f"- {_net(net)}, {what}: {statistics.fmean(ours) - statistics.fmean(ebp):+.2f} "
+                    lines.append(f"- {net_label(net)}, {what}: {statistics.fmean(ours) - statistics.fmean(ebp):+.2f} "
                                  f"points ({len(ours)} seed{'s' if len(ours) > 1 else ''} against {len(ebp)}): "
                                  + NOT_CONCLUSIVE)
                     continue
                 d, h, _ = found
-                lines.append(f"- {_net(net)}, {what}: {d:+.2f} ± {h:.2f} points ({band.LEVEL:.0%} Welch interval, "
+                lines.append(f"- {net_label(net)}, {what}: {d:+.2f} ± {h:.2f} points ({band.LEVEL:.0%} Welch interval, "
                              f"{len(ours)} and {len(ebp)} seeds): {_verdict(d, h)}")
     return lines
 
@@ -324,7 +324,7 @@ def difference_table(rows: list[dict]) -> tuple[str, int, int]:
                     cells.append("n.c." if found is None else f"**{text}**" if abs(d) > h else text)
                 if any(c != "n.c." for c in cells):
                     protocol = "dropout" if ebp_method == "ebp-dropout" else "no dropout"
-                    lines.append(f"| {dataset} | {_net(net)} | {protocol} | " + " | ".join(cells) + " |")
+                    lines.append(f"| {dataset} | {net_label(net)} | {protocol} | " + " | ".join(cells) + " |")
     return "\n".join(lines), judged, total
 
 
@@ -348,7 +348,7 @@ def _errors_table(cell: dict, columns) -> tuple[list[str], bool]:
             values = [cell.get((dataset, net, m, o), []) for m, o, _ in columns]
             if any(values):
                 other_counts |= any(v and len(v) != PROTOCOL_SEEDS for v in values)
-                lines.append(f"| {dataset} | {_net(net)} | " + " | ".join(
+                lines.append(f"| {dataset} | {net_label(net)} | " + " | ".join(
                     "–" if not v else _mean_sd(v) + ("" if len(v) == PROTOCOL_SEEDS else f" ({len(v)})")
                     for v in values) + " |")
     return lines, other_counts
@@ -378,7 +378,7 @@ def tuned_difference_table(comparisons: list[dict]) -> str:
                     text = f"{c['difference']:+.2f} ± {(hi - lo) / 2:.2f}" + " W" * (c["images_and_seeds"] is None)
                     cells.append(f"**{text}**" if lo > 0 or hi < 0 else text)
                 protocol = "dropout" if ebp_method == "ebp-tuned-dropout" else "no dropout"
-                lines.append(f"| {dataset} | {_net(net)} | {protocol} | " + " | ".join(cells) + " |")
+                lines.append(f"| {dataset} | {net_label(net)} | {protocol} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -561,12 +561,12 @@ def tuned_table(comparisons: list[dict]) -> str:
     head = "| {} | {} | {} |".format
     main = ["| data | net | successor − tuned EBP | difference | Welch 95% (this test set) | images and seeds 95% |",
             "|" + "---|" * 6]
-    main += [f"{head(c['dataset'], _net(c['net']), _pair_label(c))} {c['difference']:+.2f} | {iv(c['welch'])} | "
+    main += [f"{head(c['dataset'], net_label(c['net']), _pair_label(c))} {c['difference']:+.2f} | {iv(c['welch'])} | "
              f"{iv(c['images_and_seeds'])} |" for c in run]
     ranks = ["| data | net | successor − tuned EBP | seeds | exact ranks: U, p (smallest) | verdict |", "|" + "---|" * 6]
     for c in run:
         rank = "–" if c["ranks"] is None else "{:g} of {}, {:.2f} ({:.2f})".format(*c["ranks"])
-        ranks.append(f"{head(c['dataset'], _net(c['net']), _pair_label(c))} {c['seeds'][0]} and {c['seeds'][1]} | "
+        ranks.append(f"{head(c['dataset'], net_label(c['net']), _pair_label(c))} {c['seeds'][0]} and {c['seeds'][1]} | "
                      f"{rank} | {c['verdict']} |")
     return "\n".join(main) + "\n\n" + "\n".join(ranks)
 
@@ -590,7 +590,7 @@ def verdict_sentences(comparisons: list[dict]) -> list[str]:
     lines, missing = [], {m: [] for m in TUNED_EBP}
     for dataset in EBP_PROFILES:
         for net in NETS:
-            where = f"{DATASET_NAMES[dataset]} {_net(net)}"
+            where = f"{DATASET_NAMES[dataset]} {net_label(net)}"
             group = [c for c in comparisons if c["dataset"] == dataset and c["net"] == net]
             for ebp_method in TUNED_EBP:
                 run = [c for c in group if c["ebp"] == ebp_method and c["verdict"] != NO_RUN]
@@ -636,62 +636,6 @@ def reversal_sentence(comparisons: list[dict], dataset: str = "mnist") -> str:
     if pending:
         text += f" {len(pending)} on one seed (no verdict), pointing the other way in {opposite}"
     return text + "."
-
-
-EBP_LEGEND = {"ebp": "EBP-D (wall s)", "ebp-dropout": "EBP-D, dropout (wall s)", "ebp-tuned": "EBP-D tuned",
-              "ebp-tuned-dropout": "EBP-D tuned, dropout"}
-
-
-def error_time_figure(rows: list[dict], datasets=("mnist", "fashion-mnist")):
-    """Deployed net's test error against training seconds to the best epoch, each method in its cost_unit: filled
-    markers core-seconds, hollow ones wall seconds (the paper-protocol EBP records hold no CPU time); one point per
-    run (seeds shown as separate points), colour per method, marker per net (o: 800, s: [800, 800])."""
-    from matplotlib import ticker
-
-    from ebp_analysis import subplots
-
-    fig, axes = subplots(1, len(datasets), height=3.4, squeeze=False, layout="constrained")
-    for ax, dataset in zip(axes[0], datasets):
-        for method in COLUMNS:
-            for net, marker in zip(NETS, "os"):
-                group = [r for r in rows if r["method"] == method and r["net"] == net and r["dataset"] == dataset]
-                if group:
-                    unit = cost_unit(group)
-                    colour = {"facecolors": "none", "edgecolors": COLOURS[method]} if unit == "wall s" else \
-                        {"c": COLOURS[method]}
-                    ax.scatter([_cost(r, unit, "to_best") for r in group], [r["deployed"] for r in group],
-                               marker=marker, alpha=0.8, **colour,
-                               label=f"{EBP_LEGEND.get(method) or METHOD_LABELS[method]} {_net(net)}")
-        ax.set(xscale="log", yscale="log", xlabel="core-s to the best epoch (hollow: wall s)",
-               ylabel="test error of the ±1 net (%)", title=dataset)
-        for axis in (ax.xaxis, ax.yaxis):  # plain numbers; no labels on minor ticks (they overlap within a decade)
-            axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-            axis.set_minor_formatter(ticker.NullFormatter())
-        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1, 1.5, 2, 3, 5, 7)))
-        ax.grid(alpha=0.3)
-    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=8)
-    return fig
-
-
-def calibration_plot(ax, rows: list[dict], dataset: str) -> None:
-    """Reliability diagram per method on `ax` (probabilistic output: BayesBiNN's predictive, STE's and Bop's
-    softmax, tuned EBP's EBP-P: successors.ebp.class_probabilities), the runs' bins pooled by count."""
-    ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--")
-    for method in SUCCESSORS + TUNED_EBP:
-        group = [r["reliability"] for r in rows if r["method"] == method and r["dataset"] == dataset]
-        if not group:
-            continue
-        counts = [sum(g["count"][b] for g in group) for b in range(group[0]["bins"])]
-        conf = [sum(g["count"][b] * g["confidence"][b] for g in group if g["count"][b]) / n if n else None
-                for b, n in enumerate(counts)]
-        acc = [sum(g["count"][b] * g["accuracy"][b] for g in group if g["count"][b]) / n if n else None
-               for b, n in enumerate(counts)]
-        pts = [(c, a) for c, a in zip(conf, acc) if c is not None]
-        label = METHOD_LABELS[method].replace("(D / P)", "(EBP-P)")
-        ax.plot(*zip(*pts), marker="o", color=COLOURS[method], label=label)
-    ax.set(xlabel="confidence (top class)", ylabel="accuracy", title=f"calibration, {dataset}", xlim=(0, 1),
-           ylim=(0, 1))
-    ax.legend(fontsize=8, loc="lower right")
 
 
 def paired_intervals(root, profile: str, data_dir=None, n_boot: int = 1000, results=None) -> list[dict]:

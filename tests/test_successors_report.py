@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from reproduction import paired
+from reproduction import successors_plots
 from reproduction import successors_report as report
 from reproduction.results import load_results
 
@@ -238,7 +239,7 @@ def test_calibration_plot_draws_tuned_ebp_p():
     bins = {"bins": 3, "count": [0, 10, 90], "confidence": [None, 0.5, 0.95], "accuracy": [None, 0.4, 0.97]}
     rows = [{**row(m), "reliability": bins} for m in ("ste", "ebp-tuned")]
     fig, ax = plt.subplots()
-    report.calibration_plot(ax, rows, "mnist")
+    successors_plots.calibration_plot(ax, rows, "mnist")
     labels = [line.get_label() for line in ax.get_lines()]
     assert "EBP tuned (EBP-P)" in labels and "STE / BinaryConnect" in labels
     assert list(ax.get_lines()[labels.index("EBP tuned (EBP-P)")].get_xdata()) == [0.5, 0.95]
