@@ -6,12 +6,16 @@ whose architecture starts with a convolution; the comparators are the paper prof
 the paper's 120 epochs) of the same data set and weight type without dropout, with the default mask reading and
 update: dense nets (Table 2) and locally connected nets (Table 4). A CNN run and a comparator are paired when they
 share a seed; a pair's difference is CNN − comparator of the last recorded test error of each (the CNN's after the
-epochs it has done, the comparator's after its own), in percentage points.
+epochs it has done, the comparator's after its own), in percentage points. Against the successors on the same CNN
+and test images, a run that keeps its per-image predictions is also compared image by image (image_pairs).
 """
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 import ebp_conv_catalogue as catalogue
 import ebp_data
@@ -228,8 +232,6 @@ SUCCESSOR_PROFILE = "cnn"
 def load_successors(root=None, profile: str = SUCCESSOR_PROFILE) -> list[dict]:
     """The finished successor records under root/<profile>/<dataset>/<run>/result.json (root: outputs/successors)
     whose net is a CNN, each checked (records.record_problems); ValueError naming a record that fails its check."""
-    from pathlib import Path
-
     from reproduction import records
     from reproduction import successors as sc
     found = []
@@ -302,3 +304,39 @@ def successor_rows(results, successors: list[dict]) -> list[dict]:
                          **{f"− {_name(o)} (points)": _paired_points(deployed, ebp_final[o]) if ebp else "no EBP run"
                             for o in ("test_ebp_d", "test_ebp_p")}})
     return rows
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Image by image: EBP's CNN and the successors on the same test images, over seeds and images (reproduction.paired)
+# ----------------------------------------------------------------------------------------------------------
+
+EBP_SIDES = {"deployed": "EBP-D", "predictive": "EBP-P"}  # the outputs of an EBP run's predictions.npz
+
+
+def ebp_predictions(group: Group, runs_dir) -> dict:
+    """{"EBP-D" / "EBP-P": {"seeds", "predictions" (seeds × images uint8)}} of an EBP group, from the predictions.npz
+    in each run's folder (reproduction.run_files); {} unless every seed of the group has one (records of code
+    before that file have none: the group is then compared by seed only, successor_rows)."""
+    from reproduction import run_files
+    paths = {s: Path(runs_dir, r["run_dir"], run_files.PREDICTIONS_FILE) for s, r in sorted(group.runs.items())}
+    if not all(p.exists() for p in paths.values()):
+        return {}
+    loaded = {s: run_files.load_predictions(p) for s, p in paths.items()}
+    return {side: {"seeds": list(loaded), "predictions": np.stack([loaded[s][output] for s in loaded])}
+            for output, side in EBP_SIDES.items()}
+
+
+def image_pairs(results, successors: list[dict], runs_dir, successors_root=None, data_dir=None,
+                n_boot: int = 1000) -> list[dict]:
+    """paired.pair_rows for every pair of sides on each data set and CNN of the successors' records: the successors'
+    outputs (paired.run_predictions) and EBP's EBP-D and EBP-P where its runs keep their predictions (ebp_predictions):
+    A − B in points, the Welch interval (this test set) beside the interval over seeds and test images."""
+    from reproduction import paired
+    from reproduction import successors as sc
+    groups = paired.run_predictions(successors, successors_root or sc.OUTPUT_DIR)
+    for (dataset, architecture), sides in groups.items():
+        ebp = ebp_cnn_group(results, dataset, architecture)
+        if ebp is not None:
+            sides.update(ebp_predictions(ebp, runs_dir))
+    labels = {dataset: ebp_data.load_raw(dataset, data_dir)["test_labels"] for dataset, _ in groups}
+    return paired.pair_rows(groups, labels, n_boot)

@@ -7,7 +7,9 @@ import json
 import pytest
 from helpers import fake_result, write_result
 
-from reproduction import conv_report, results
+import ebp_data
+from reproduction import conv_report, results, run_files
+from reproduction import successors as sc
 
 LENET = "c5x6s2-c5x16s2-100"
 
@@ -62,3 +64,42 @@ def test_loading_refuses_a_record_that_fails_its_check(tmp_path):
     (folder / "result.json").write_text(json.dumps(successor("ste", 0, 0.01, 0.1, 0.01)))
     with pytest.raises(ValueError, match="result.json"):
         conv_report.load_successors(tmp_path)
+
+
+def wrong_on(labels, images):
+    """Predictions equal to the labels but on `images`, where they are off by one class."""
+    predicted = labels.copy()
+    predicted[images] = (labels[images] + 1) % 10
+    return predicted
+
+
+def test_ebp_and_a_successor_on_the_same_test_images_are_compared_image_by_image(tmp_path, real_data_dir):
+    """EBP-D wrong on images 0-199 (seed 0) and 0-219 (seed 1), STE on 0-99 and 0-119: STE − EBP-D = −1.00 point
+    exactly, its intervals around it; EBP-P wrong nowhere, so EBP-D − EBP-P = +2.10. Without EBP's predictions
+    files EBP is left out of the image pairs (its seed pairs remain)."""
+    labels = ebp_data.load_raw("mnist", real_data_dir)["test_labels"]
+    loaded = ebp_runs(tmp_path / "runs")
+    for seed, n in ((0, 200), (1, 220)):
+        folder = tmp_path / "runs" / "named-e30" / (f"binary-{LENET}" + (f"-seed{seed}" if seed else ""))
+        run_files.save_predictions(folder / run_files.PREDICTIONS_FILE,
+                                   {"deployed": wrong_on(labels, slice(0, n)), "predictive": labels})
+    ste = []
+    for seed, n in ((0, 100), (1, 120)):
+        record = successor("ste", seed, n / 10000, 0.05, 0.01)
+        record["parameters"]["profile"] = "cnn"
+        folder = sc.run_dir(record["parameters"], tmp_path / "succ")
+        folder.mkdir(parents=True)
+        run_files.save_predictions(folder / run_files.PREDICTIONS_FILE, {"deployed": wrong_on(labels, slice(0, n))})
+        ste.append(record)
+    rows = conv_report.image_pairs(loaded, ste, tmp_path / "runs", tmp_path / "succ", real_data_dir, n_boot=0)
+    pairs = {(r["a"], r["b"]): r for r in rows}
+    assert set(pairs) == {("EBP-D", "EBP-P"), ("EBP-D", "ste"), ("EBP-P", "ste")}
+    assert pairs["EBP-D", "ste"]["difference"] == pytest.approx(1.00)
+    assert pairs["EBP-D", "EBP-P"]["difference"] == pytest.approx(2.10)
+    for r in rows:
+        low, high = r["images_and_seeds"]
+        assert low < r["difference"] < high
+
+    for path in (tmp_path / "runs").rglob(run_files.PREDICTIONS_FILE):
+        path.unlink()
+    assert conv_report.image_pairs(loaded, ste, tmp_path / "runs", tmp_path / "succ", real_data_dir, n_boot=0) == []
