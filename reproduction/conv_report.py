@@ -330,7 +330,8 @@ def image_pairs(results, successors: list[dict], runs_dir, successors_root=None,
                 n_boot: int = 1000) -> list[dict]:
     """paired.pair_rows for every pair of sides on each data set and CNN of the successors' records: the successors'
     outputs (paired.run_predictions) and EBP's EBP-D and EBP-P where its runs keep their predictions (ebp_predictions):
-    A − B in points, the Welch interval (this test set) beside the interval over seeds and test images."""
+    A − B in points, the Welch interval (this test set) beside the interval over seeds and test images; a net of the
+    catalogue by its name ("lenet")."""
     from reproduction import paired
     from reproduction import successors as sc
     groups = paired.run_predictions(successors, successors_root or sc.OUTPUT_DIR)
@@ -339,4 +340,4 @@ def image_pairs(results, successors: list[dict], runs_dir, successors_root=None,
         if ebp is not None:
             sides.update(ebp_predictions(ebp, runs_dir))
     labels = {dataset: ebp_data.load_raw(dataset, data_dir)["test_labels"] for dataset, _ in groups}
-    return paired.pair_rows(groups, labels, n_boot)
+    return [{**r, "net": catalogue.catalogue_name(r["net"]) or r["net"]} for r in paired.pair_rows(groups, labels, n_boot)]

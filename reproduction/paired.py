@@ -283,8 +283,9 @@ def table(rows: list[dict]) -> str:
     def iv(v):
         return "–" if v is None else f"[{v[0]:+.2f}, {v[1]:+.2f}]"
 
-    def pair(r):
-        return f"| {r['dataset']} | [{r['net'].replace('-', ', ')}] | {r['a']} − {r['b']} |"
+    def pair(r):  # a dense net's hidden sizes in brackets ([800, 800]), any other net by its name (lenet)
+        net = f"[{r['net'].replace('-', ', ')}]" if r["net"][0].isdigit() else r["net"]
+        return f"| {r['dataset']} | {net} | {r['a']} − {r['b']} |"
 
     main = ["| data set | net | A − B | difference | Welch 95% (this test set) | images and seeds 95% |",
             "|" + "---|" * 6]
