@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from reproduction import paired
-from reproduction import successors_plots
+from reproduction import paired, successors_plots
 from reproduction import successors_report as report
 from reproduction.results import load_results
 
