@@ -222,6 +222,39 @@ def _name(output: str) -> str:
     return {"test_ebp_p": "EBP-P", "test_ebp_d": "EBP-D"}[output]
 
 
+def _base_profile(profile: str, scheme: str) -> str:
+    """The reference scheme's profile of a profile of `scheme` ("named-e30-variance1" → "named-e30")."""
+    suffix = f"-{scheme}"
+    return profile[:-len(suffix)] if scheme != catalogue.DEFAULT_SCHEME and profile.endswith(suffix) else profile
+
+
+def init_rows(results) -> list[dict]:
+    """The initialisation schemes of ebp_conv_catalogue compared on the same CNN, data set and weights, paired by
+    seed: one row per group of a scheme other than the reference that has a reference group of the same epochs
+    and training images, with both groups' errors (mean ± SD, %) and scheme − reference of each output (points;
+    mean ± SD over the shared seeds)."""
+    groups = cnn_groups(results)
+    by_key = {g.key: g for g in groups}
+    rows = []
+    for g in groups:
+        dataset, weights, architecture, scheme, profile = g.key
+        reference = by_key.get((dataset, weights, architecture, catalogue.DEFAULT_SCHEME,
+                                _base_profile(profile, scheme)))
+        if scheme == catalogue.DEFAULT_SCHEME or reference is None:
+            continue
+        row = {"network": f"{weights} {catalogue.catalogue_name(architecture) or architecture}, {dataset}",
+               "scheme": scheme, "epochs": "/".join(map(str, g.epochs_done())), "finished": g.finished}
+        for output in OUTPUTS:
+            d = paired(g, reference, output)
+            row[f"reference {_name(output)}"] = mean_sd(reference.errors(output))
+            row[f"{scheme} {_name(output)}"] = mean_sd(g.errors(output))
+            row[f"{_name(output)}: {scheme} − reference (points)"] = (
+                "no shared seed" if d is None else
+                f"{d[0]:+.2f}" + (f" ± {d[1]:.2f}" if d[1] is not None else "") + f" ({d[2]})")
+        rows.append(row)
+    return rows
+
+
 # ----------------------------------------------------------------------------------------------------------
 # EBP's successors on the same CNNs (reproduction.successors, profile "cnn")
 # ----------------------------------------------------------------------------------------------------------

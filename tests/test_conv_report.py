@@ -135,3 +135,18 @@ def test_the_front_page_speaks_of_one_binary_cnn_per_data_set(tmp_path):
     assert "binary wide" in text and "real wide" not in text and "lenet" not in text
     assert "EBP trains binary c5x6s2-c5x16s2-100 (lenet)" in conv_report.verdict(loaded)
     assert "EBP trains real c5x16s2-c5x32s2" in conv_report.verdict(loaded)
+
+
+def test_init_schemes_are_paired_by_seed_against_the_reference(tmp_path):
+    """variance1 (profile named-e30-variance1) against the reference of the same net and epochs (named-e30), seeds
+    0 and 1: (5.0 − 4.0, 3.4 − 3.0) = +1.0, +0.4 points, +0.70 ± 0.42; a variance1 group without a reference of
+    its epochs (named-e10-variance1) has no row."""
+    for seed, (reference, variance1) in enumerate(((0.040, 0.050), (0.030, 0.034))):
+        cnn_run(tmp_path, seed, [0.06, reference])
+        cnn_run(tmp_path, seed, [0.07, variance1], profile="named-e30-variance1", init_scale=25.0)
+    cnn_run(tmp_path, 0, [0.08], profile="named-e10-variance1", init_scale=25.0)
+    (row,) = conv_report.init_rows(results.load_results(tmp_path))
+    assert row["network"] == "binary wide, mnist" and row["scheme"] == "variance1" and row["finished"]
+    assert row["reference EBP-D"] == "3.50 ± 0.71" and row["variance1 EBP-D"] == "4.20 ± 1.13"
+    assert row["EBP-D: variance1 − reference (points)"] == "+0.70 ± 0.42 (2)"
+    assert row["EBP-P: variance1 − reference (points)"] == "+0.70 ± 0.42 (2)"
