@@ -306,10 +306,36 @@ def _paired_points(mine: dict, other: dict) -> str:
     return f"{statistics.fmean(d):+.2f}" + (f" ± {statistics.stdev(d):.2f}" if len(d) > 1 else "") + f" ({len(d)})"
 
 
+def _mean_or_none(values: list) -> float | None:
+    return None if not values or None in values else round(statistics.fmean(values), 1)
+
+
+def ebp_cost(group: Group) -> dict:
+    """An EBP group's training seconds per epoch and to its reported (last) epoch, mean over seeds: each run's share
+    of its seed group's training time (reproduction.group). EBP's records hold wall seconds of a one-thread process,
+    no CPU time, so the clock is named."""
+    from reproduction.successors_report import machines
+    runs = list(group.runs.values())
+    return {"s/epoch": _mean_or_none([r["train_seconds"] / r["epochs_done"] for r in runs]),
+            "s to best": _mean_or_none([r["train_seconds"] for r in runs]),
+            "clock": "wall, 1 thread", "machine": machines([x for r in runs for x in r["sessions"]])}
+
+
+def successor_cost(runs: list[dict]) -> dict:
+    """A successor's training core-seconds per epoch (median over epochs) and to its best epoch (the one deployed),
+    mean over seeds (successors.evaluate); None where a record holds wall seconds only."""
+    from reproduction.successors_report import machines
+    evaluations = [r["evaluation"] for r in runs]
+    return {"s/epoch": _mean_or_none([e.get("cpu_seconds_per_epoch") for e in evaluations]),
+            "s to best": _mean_or_none([e.get("cpu_seconds_to_best_epoch") for e in evaluations]),
+            "clock": "CPU", "machine": machines([x for r in runs for x in r.get("sessions", [])])}
+
+
 def successor_rows(results, successors: list[dict]) -> list[dict]:
     """Per data set and CNN of the successors' records: EBP's row (EBP-P and EBP-D, mean ± SD over seeds, %) and one
     row per successor method (deployed and predictive test error, NLL, ECE, seeds, epochs done) with its deployed
-    error's paired difference from EBP-D and from EBP-P by seed (successor − EBP, points)."""
+    error's paired difference from EBP-D and from EBP-P by seed (successor − EBP, points), and each row's training
+    cost (ebp_cost, successor_cost: seconds, the clock they were read from, the machine class)."""
     by_net: dict = {}
     for r in successors:
         p = r["parameters"]
@@ -323,7 +349,7 @@ def successor_rows(results, successors: list[dict]) -> list[dict]:
             rows.append({"dataset": dataset, "net": net, "method": "EBP", "seeds": ",".join(map(str, sorted(ebp.runs))),
                          "epochs": "/".join(map(str, ebp.epochs_done())), "deployed": mean_sd(ebp.errors("test_ebp_d")),
                          "predictive": mean_sd(ebp.errors("test_ebp_p")), "nll": None, "ece": None,
-                         "− EBP-D (points)": None, "− EBP-P (points)": None})
+                         "− EBP-D (points)": None, "− EBP-P (points)": None, **ebp_cost(ebp)})
         for method, runs in sorted(methods.items()):
             errors = {s: successor_errors(r) for s, r in sorted(runs.items())}
             deployed = {s: e["deployed"] for s, e in errors.items()}
@@ -335,7 +361,8 @@ def successor_rows(results, successors: list[dict]) -> list[dict]:
                          "nll": statistics.fmean(e["nll"] for e in errors.values()),
                          "ece": statistics.fmean(e["ece"] for e in errors.values()),
                          **{f"− {_name(o)} (points)": _paired_points(deployed, ebp_final[o]) if ebp else "no EBP run"
-                            for o in ("test_ebp_d", "test_ebp_p")}})
+                            for o in ("test_ebp_d", "test_ebp_p")},
+                         **successor_cost(list(runs.values()))})
     return rows
 
 

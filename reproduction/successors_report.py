@@ -69,7 +69,7 @@ def load_successors(root, profile: str, rescore: bool = True) -> list[dict]:
 MACHINE_CLASSES = {"AMD EPYC": "AMD EPYC", "Intel(R) Xeon(R) Processor": "Intel Xeon"}
 
 
-def _machines(sessions: list[dict]) -> str:
+def machines(sessions: list[dict]) -> str:
     """The machine class(es) a run's sessions ran on (MACHINE_CLASSES of the recorded CPU model), in order, each
     once; "?" where a session recorded none."""
     return " + ".join(dict.fromkeys(MACHINE_CLASSES.get(x.get("cpu") or "?", x.get("cpu") or "?") for x in sessions))
@@ -96,7 +96,7 @@ def successor_rows(results: list[dict]) -> list[dict]:
                      "nll": prob["nll"], "ece": prob["ece"], "mismatches": e["packed"]["mismatches"],
                      "s_per_epoch": e["seconds_per_epoch"], "s_to_best": e["seconds_to_best_epoch"],
                      "cpu_s_per_epoch": e.get("cpu_seconds_per_epoch"),
-                     "cpu_s_to_best": e.get("cpu_seconds_to_best_epoch"), "machine": _machines(r["sessions"]),
+                     "cpu_s_to_best": e.get("cpu_seconds_to_best_epoch"), "machine": machines(r["sessions"]),
                      "core_seconds": core_seconds(r),
                      "best_epoch": r["best_epoch"], "epochs_to_target": e["epochs_to_target"],
                      "target": 100 * e["target_error"], "n_tuned": e["n_tuned"],
@@ -124,7 +124,7 @@ def ebp_rows(ebp_results, dataset: str) -> list[dict]:
                      "predictive": 100 * r["final"]["test_ebp_p"], "nll": None, "ece": None, "mismatches": None,
                      "s_per_epoch": statistics.median(h["train_seconds"] for h in history),
                      "s_to_best": r["train_seconds"], "cpu_s_per_epoch": None, "cpu_s_to_best": None,
-                     "machine": _machines(r["sessions"]), "best_epoch": len(history),
+                     "machine": machines(r["sessions"]), "best_epoch": len(history),
                      "epochs_to_target": next((h["epoch"] for h in history if h["test_ebp_d"] <= target), None),
                      "target": 100 * target, "n_tuned": 0, "chosen": None, "epochs_done": len(history),
                      "reliability": None})

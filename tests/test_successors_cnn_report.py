@@ -21,7 +21,9 @@ def successor(method, seed, deployed, nll, ece, predictive=None, dataset="mnist"
         outputs["predictive"] = {"test_error": predictive, "nll": nll / 2, "ece": ece / 2}
     return {"method": "successor", "finished": True, "epochs_done": 30,
             "parameters": {"method": method, "dataset": dataset, "architecture": architecture, "seed": seed},
-            "evaluation": {"packed": {"error": deployed, "mismatches": 0}, "outputs": outputs}}
+            "evaluation": {"packed": {"error": deployed, "mismatches": 0}, "outputs": outputs,
+                           "cpu_seconds_per_epoch": 2.0 + seed, "cpu_seconds_to_best_epoch": 40.0 + seed},
+            "sessions": [{"cpu": "AMD EPYC"}]}
 
 
 def ebp_runs(runs_dir):
@@ -103,3 +105,13 @@ def test_ebp_and_a_successor_on_the_same_test_images_are_compared_image_by_image
     for path in (tmp_path / "runs").rglob(run_files.PREDICTIONS_FILE):
         path.unlink()
     assert conv_report.image_pairs(loaded, ste, tmp_path / "runs", tmp_path / "succ", real_data_dir, n_boot=0) == []
+
+
+def test_each_row_states_its_training_cost_and_the_clock_it_was_read_from(tmp_path):
+    """EBP's fake runs trained 30 epochs in 30 s of wall time each: 1.0 s per epoch, 30 s to their reported epoch;
+    STE's seeds 0 and 1 took 2 and 3 CPU seconds per epoch, 40 and 41 to their best: means 2.5 and 40.5."""
+    rows = conv_report.successor_rows(ebp_runs(tmp_path), [successor("ste", 0, 0.012, 0.05, 0.01),
+                                                           successor("ste", 1, 0.016, 0.07, 0.03)])
+    ebp, ste = rows
+    assert (ebp["s/epoch"], ebp["s to best"], ebp["clock"]) == (1.0, 30.0, "wall, 1 thread")
+    assert (ste["s/epoch"], ste["s to best"], ste["clock"], ste["machine"]) == (2.5, 40.5, "CPU", "AMD EPYC")
