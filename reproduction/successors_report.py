@@ -416,9 +416,7 @@ def summary(rows: list[dict], expected_runs: int, pairs: list[dict] = ()) -> str
                     f"this test set; the table: the notebook). {tally(rows)}")
     comparisons = tuned_comparisons(rows, list(pairs))
     if tuned:
-        text += [f"Successor − EBP tuned like the successors, points ({band.LEVEL:.0%} interval over seeds and test "
-                 "images, reproduction/paired.py; **bold**: excludes 0; W: Welch's, this test set only, where per-image "
-                 "predictions are missing):", tuned_difference_table(comparisons)]
+        text += [TUNED_DIFFERENCE_CAPTION + ":", tuned_difference_table(comparisons)]
     text.append("\n".join(f"- {line}" for line in verdict_sentences(comparisons) + [reversal_sentence(comparisons)]))
     waiting = f"{total - judged} of the {total} comparisons rest on one seed: not conclusive yet. " if judged < total else ""
     text.append(waiting + "The successors were tuned on a validation split. EBP ran at the paper's protocols and, "
@@ -428,6 +426,29 @@ def summary(rows: list[dict], expected_runs: int, pairs: list[dict] = ()) -> str
 
 WHAT_EBP_TUNES = ("EBP has no step size; its grid chooses the input preprocessing and the initial scale, early "
                   "stopping its epoch.")
+TUNED_DIFFERENCE_CAPTION = (f"Successor − EBP tuned like the successors, points ({band.LEVEL:.0%} interval over "
+                            "seeds and test images, reproduction/paired.py; **bold**: excludes 0; W: Welch's, this "
+                            "test set only, where per-image predictions are missing)")
+
+
+def brief(rows: list[dict], expected_runs: int, pairs: list[dict] = ()) -> str:
+    """Markdown for README.md's front page (scripts/readme_tables.py copies it there): the comparison on equal
+    terms only, successor − EBP tuned like the successors (tuned_difference_table), how many runs of each side
+    finished, whether the MNIST verdict reversed, what EBP tunes, and where summary()'s errors of every method are."""
+    successors = [r for r in rows if r["method"] in SUCCESSORS]
+    tuned = [r for r in rows if r["method"] in TUNED_EBP]
+    if not tuned:
+        return "EBP tuned like the successors is not yet run: the errors at the paper's protocols are in " + SUMMARY_LINK
+    comparisons = tuned_comparisons(rows, list(pairs))
+    return "\n\n".join([
+        TUNED_DIFFERENCE_CAPTION + ":", tuned_difference_table(comparisons),
+        reversal_sentence(comparisons) + " " + WHAT_EBP_TUNES,
+        f"Runs finished: {len(successors)} of the {expected_runs} successor runs, {len(tuned)} of the "
+        f"{TUNED_EXPECTED} tuned EBP runs. The errors of every method, at the paper's protocols and tuned, with a "
+        "verdict per net: " + SUMMARY_LINK])
+
+
+SUMMARY_LINK = "[`outputs/successors/tuned/summary.md`](outputs/successors/tuned/summary.md)."
 
 
 def tally_counts(rows: list[dict]) -> dict:

@@ -9,8 +9,8 @@ the committed records: the paper's two headline cells beside ours, how many cell
 paper's number within our band, what lies outside it and why, the paper's findings judged on ours, and what the
 successors comparison says. Four blocks copy files. `headline` in README.md: that file. `glossary` in
 README.md: docs/glossary.md, the book's glossary too.
-`successors` in README.md: EBP beside STE, Bop and BayesBiNN
-(outputs/successors/tuned/summary.md, written by notebooks/successors.ipynb). `authors-code` in docs/maths.md: what
+`successors` in README.md: STE, Bop and BayesBiNN minus EBP tuned like them
+(outputs/successors/tuned/brief.md, written by notebooks/successors.ipynb). `authors-code` in docs/maths.md: what
 the authors' codes change, per row, paired with the spec's runs (outputs/runs/paper/authors_code.md). No document
 carries hand-typed results:
 tests/test_readme.py runs the check.
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 # block name: (the document that shows it, the rendered file it shows)
 HEADLINE = Path("outputs/runs/paper/headline.md")
 BLOCKS = {"headline": (Path("README.md"), HEADLINE), "glossary": (Path("README.md"), Path("docs/glossary.md")),
-          "successors": (Path("README.md"), Path("outputs/successors/tuned/summary.md")),
+          "successors": (Path("README.md"), Path("outputs/successors/tuned/brief.md")),
           "authors-code": (Path("docs/maths.md"), Path("outputs/runs/paper/authors_code.md"))}
 
 

@@ -197,6 +197,12 @@ def test_verdict_sentences_and_the_reversal_are_generated_from_the_intervals():
     assert "3 of its 24 runs finished" in text and lines[0] in text
     assert f"| mnist | [800] | no dropout | **{next(c for c in comparisons if c['method'] == 'ste')['difference']:+.2f} ± " \
         in text and "(1 seed)" in text
+    brief = report.brief(rows, expected_runs=36, pairs=pairs)  # the front page: the equal-terms table only
+    assert report.tuned_difference_table(comparisons) in brief and report.reversal_sentence(comparisons) in brief
+    assert "Runs finished: 7 of the 36 successor runs, 3 of the 24 tuned EBP runs." in brief
+    assert "EBP at the paper's protocols:" not in brief and "summary.md" in brief and len(brief) < len(text) / 2
+    untuned = [r for r in rows if r["method"] not in report.TUNED_EBP]
+    assert "tuned like the successors is not yet run" in report.brief(untuned, expected_runs=36)
     assert "At the paper's protocol" not in report.in_short(rows)  # no tuned run: the box says so
     assert "EBP tuned like them is not yet run." in report.in_short(rows)
     assert ("the ±1 nets: 0 lower, 1 higher, 1 not separable, 1 on one seed (1 of 4 data sets × nets run)."
