@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
@@ -224,10 +225,48 @@ def output_label(method: str, output: str) -> str:
     return method + labels[output]
 
 
-def run_predictions(results: list[dict], root) -> dict:
+def _same_net(folder_a, folder_b) -> bool:
+    """Whether two runs saved the same ±1 net: every array of their binary_net.npz equal, bit for bit (the files'
+    bytes differ by the zip's timestamps)."""
+    from reproduction import successors as sc
+    with np.load(Path(folder_a) / sc.NET_FILE, allow_pickle=False) as a, \
+            np.load(Path(folder_b) / sc.NET_FILE, allow_pickle=False) as b:
+        return sorted(a.files) == sorted(b.files) and all(
+            a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]) for k in a.files)
+
+
+def rerun_outputs(record: dict, folder, arrays: dict, rerun_folder) -> tuple[dict, str | None]:
+    """The per-image outputs a rerun of `record` adds to the record's own `arrays` (its predictions.npz, read from
+    `folder`), and None; or nothing and why the rerun is not the same run. A rerun stands in for the record only
+    where it is: finished with the same parameters, the same ±1 net (_same_net), the same deployed prediction on
+    every test image, and the same recorded error of every output both hold. Used for records whose
+    predictions.npz predates keeping the predictive's (BayesBiNN's dense runs)."""
+    from reproduction import records, run_files
+    from reproduction import successors as sc
+    rerun_folder = Path(rerun_folder)
+    if not (rerun_folder / sc.RESULT_FILE).exists():
+        return {}, None
+    rerun = records.read_record(rerun_folder / sc.RESULT_FILE)
+    theirs = run_files.load_predictions(rerun_folder / run_files.PREDICTIONS_FILE) if rerun["finished"] else {}
+    mine, yours = record["evaluation"]["outputs"], rerun["evaluation"]["outputs"] if rerun["finished"] else {}
+    problem = ("unfinished" if not rerun["finished"]
+               else "other parameters" if rerun["parameters"] != record["parameters"]
+               else "another ±1 net" if not _same_net(folder, rerun_folder)
+               else "other deployed predictions" if not np.array_equal(theirs.get("deployed"), arrays.get("deployed"))
+               else "other recorded errors" if any(mine[k]["test_error"] != yours[k]["test_error"]
+                                                   for k in mine.keys() & yours.keys())
+               else None)
+    if problem:
+        return {}, f"{rerun_folder}: {problem}"
+    return {k: v for k, v in theirs.items() if k not in arrays}, None
+
+
+def run_predictions(results: list[dict], root, reruns=None) -> dict:
     """{(dataset, net): {side label: {"seeds": [...], "predictions": seeds × images uint8}}} from the
     predictions.npz beside every record of `results` (finished successor-harness records, e.g.
-    successors_report.load_successors) under `root`; a run without one is left out of its side (named)."""
+    successors_report.load_successors) under `root`; a run without one is left out of its side (named). `reruns`:
+    a root of the same layout whose reruns supply the outputs a record's file lacks (rerun_outputs); a rerun that
+    is not the same run is named and not used."""
     from reproduction import run_files
     from reproduction import successors as sc
     found: dict = {}
@@ -238,7 +277,13 @@ def run_predictions(results: list[dict], root) -> dict:
         if not path.exists():
             missing.append(str(path))
             continue
-        for output, predicted in run_files.load_predictions(path).items():
+        arrays = run_files.load_predictions(path)
+        if reruns is not None:
+            extra, problem = rerun_outputs(record, path.parent, arrays, sc.run_dir(p, reruns))
+            arrays.update(extra)
+            if problem:
+                missing.append(f"rerun {problem}")
+        for output, predicted in arrays.items():
             if output not in OUTPUT_LABELS:
                 continue
             side = found.setdefault((p["dataset"], p["architecture"]), {}).setdefault(

@@ -545,6 +545,8 @@ def tuned_comparisons(rows: list[dict], pairs: list[dict]) -> list[dict]:
                         continue
                     found = paired.oriented(pairs, dataset, net, paired.output_label(method, output),
                                             paired.output_label(ebp_method, output)) if ebp else None
+                    if found and found["seeds"] != [len(ours), len(ebp)]:
+                        found = None  # per-image predictions for only some seeds: the interval would be another mean's
                     verdict = (NO_RUN if not ebp else ONE_SEED if min(len(ours), len(ebp)) < 2
                                else None if found is None else VERDICT_WORDS[_interval_side(
                                    found["images_and_seeds"])])
@@ -659,11 +661,17 @@ def reversal_sentence(comparisons: list[dict], dataset: str = "mnist") -> str:
     return text + "."
 
 
+RERUNS = "successors-rerun"  # beside root: reruns that keep what a record's predictions.npz lacks
+
+
 def paired_intervals(root, profile: str, data_dir=None, n_boot: int = 1000, results=None) -> list[dict]:
     """For every pair of methods (and outputs) on the same test images, per data set and net: the difference with
     the interval over seeds and test images beside the Welch interval, from the runs' per-image predictions
-    (reproduction.paired.pair_rows; paired.table prints them). results: the records (load_successors of root and
-    profile where None); n_boot 0 leaves the bootstrap out (a verdict needs the images-and-seeds interval only)."""
-    groups = paired.run_predictions(load_successors(root, profile) if results is None else results, root)
+    (reproduction.paired.pair_rows; paired.table prints them), a record's missing outputs taken from its rerun in
+    RERUNS beside root where that is the same run (paired.rerun_outputs). results: the records (load_successors of
+    root and profile where None); n_boot 0 leaves the bootstrap out (a verdict needs the images-and-seeds interval
+    only)."""
+    groups = paired.run_predictions(load_successors(root, profile) if results is None else results, root,
+                                    reruns=Path(root).parent / RERUNS)
     labels = {dataset: ebp_data.load_raw(dataset, data_dir)["test_labels"] for dataset, _ in groups}
     return paired.pair_rows(groups, labels, n_boot)

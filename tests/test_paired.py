@@ -155,3 +155,54 @@ def test_oriented_turns_a_pair_round_and_no_bootstrap_when_n_boot_is_0():
     assert paired.oriented(rows, "mnist", "800", "ebp-tuned-D", "ste") is stored
     assert paired.oriented(rows, "mnist", "800", "bop", "ste") is None
     assert "| – |" in paired.table(rows)  # no bootstrap interval: a dash
+
+
+def test_a_rerun_supplies_the_predictive_only_where_it_is_the_same_run(tmp_path):
+    """rerun_outputs on a committed BayesBiNN record (its predictions.npz keeps the deployed net's only) and a copy
+    of it standing for a rerun that also kept the predictive: the predictive is added; a rerun with another net,
+    another deployed prediction on one image or another recorded error adds nothing and says which."""
+    import json
+    import shutil
+
+    from reproduction import records, run_files
+    from reproduction import successors as sc
+    folder = sc.OUTPUT_DIR / "tuned" / "mnist" / "bayesbinn-800"
+    record = records.read_record(folder / sc.RESULT_FILE)
+    arrays = run_files.load_predictions(folder / run_files.PREDICTIONS_FILE)
+    assert list(arrays) == ["deployed"]
+    predictive = (arrays["deployed"] + 1) % 10
+
+    def rerun(name, edit=lambda r, net, p: None):
+        out = tmp_path / name
+        shutil.copytree(folder, out)
+        data = json.loads((out / sc.RESULT_FILE).read_text())
+        with np.load(out / sc.NET_FILE, allow_pickle=False) as f:
+            net = {k: f[k] for k in f.files}
+        p = {"deployed": arrays["deployed"].copy(), "predictive": predictive}
+        edit(data, net, p)
+        (out / sc.RESULT_FILE).write_text(json.dumps(data))
+        np.savez(out / sc.NET_FILE, **net)
+        run_files.save_predictions(out / run_files.PREDICTIONS_FILE, p)
+        return paired.rerun_outputs(record, folder, arrays, out)
+
+    extra, problem = rerun("same")
+    assert problem is None and list(extra) == ["predictive"] and np.array_equal(extra["predictive"], predictive)
+    assert paired.rerun_outputs(record, folder, arrays, tmp_path / "absent") == ({}, None)
+
+    def other_net(r, net, p):
+        name = next(k for k, v in net.items() if np.issubdtype(v.dtype, np.integer))
+        net[name].flat[0] += 1
+
+    def other_prediction(r, net, p):
+        p["deployed"][0] = (p["deployed"][0] + 1) % 10
+
+    def other_error(r, net, p):
+        r["evaluation"]["outputs"]["predictive"]["test_error"] += 0.0001
+
+    def other_seed(r, net, p):
+        r["parameters"]["seed"] = 7
+    edits = {"another ±1 net": other_net, "other deployed predictions": other_prediction,
+             "other recorded errors": other_error, "other parameters": other_seed}
+    for why, edit in edits.items():
+        extra, problem = rerun(why.replace(" ", "-").replace("±", ""), edit)
+        assert extra == {} and problem.endswith(why), problem

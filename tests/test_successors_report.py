@@ -175,6 +175,16 @@ def test_tuned_comparisons_judge_by_the_interval_over_images_and_seeds_and_say_w
     assert "| **+0.50 ± " in report.tuned_difference_table(report.tuned_comparisons(rows, pairs))
 
 
+def test_an_interval_over_only_some_of_a_sides_seeds_is_not_used():
+    """Where per-image predictions exist for 2 of BayesBiNN's 3 seeds, the images-and-seeds interval is of another
+    mean than the rows' difference: the comparison falls back to Welch and says so."""
+    rows, pairs = tuned_case()
+    partial = [{**r, "seeds": [2, 3]} if {r["a"], r["b"]} == {"bayesbinn", "ebp-tuned-D"} else r for r in pairs]
+    bayes = next(c for c in report.tuned_comparisons(rows, partial) if c["method"] == "bayesbinn")
+    assert bayes["images_and_seeds"] is None and bayes["verdict"].endswith(report.WELCH_ONLY)
+    assert bayes["seeds"] == [3, 3]
+
+
 def test_verdict_sentences_and_the_reversal_are_generated_from_the_intervals():
     rows, pairs = tuned_case()
     comparisons = report.tuned_comparisons(rows, pairs)
